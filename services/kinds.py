@@ -55,9 +55,12 @@ class Subresource:
     version: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Kind:
-    """One served resource: where it lives, what it is called and how it is selected."""
+    """One served resource: where it lives, what it is called and how it is selected.
+
+    Kinds are singletons from `KINDS`: they compare and hash by identity.
+    """
 
     group: str
     """API group; "" for the core group."""

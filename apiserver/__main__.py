@@ -1,0 +1,48 @@
+"""`python -m apiserver`: the kubemesh apiserver process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from apiserver.server import ServerSettings, serve
+
+
+def parse_args(argv: list[str] | None = None) -> ServerSettings:
+    """Command-line flags into settings."""
+    p = argparse.ArgumentParser(prog="python -m apiserver", description="kubemesh apiserver")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=6443, help="port to bind (default 6443)")
+    p.add_argument("--data-dir", default=None, help="keep state in this directory (log + snapshots)")
+    p.add_argument("--fsync", action="store_true", help="fsync every write")
+    p.add_argument("--token-file", default=None, help="require this bearer token (file contents)")
+    p.add_argument("--clock-rate", type=float, default=float(os.environ.get("KUBEMESH_CLOCK_RATE", "1")),
+                   help="cluster seconds per wall second (default 1)")
+    p.add_argument("--seed", type=int, default=None, help="seed for uids and generated names")
+    p.add_argument("--log-level", default="info")
+    a = p.parse_args(argv)
+    token = os.environ.get("KUBEMESH_TOKEN") or None
+    if a.token_file:
+        token = Path(a.token_file).read_text().strip() or None
+    return ServerSettings(host=a.host, port=a.port, data_dir=a.data_dir, fsync=a.fsync, token=token,
+                          clock_rate=a.clock_rate, seed=a.seed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run until SIGTERM or SIGINT."""
+    settings = parse_args(argv)
+    try:
+        import uvloop
+        factory = uvloop.new_event_loop
+    except ImportError:  # uvloop is optional: the stock loop works, only slower
+        factory = asyncio.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(serve(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

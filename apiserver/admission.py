@@ -1,0 +1,185 @@
+"""Admission: the defaulting and mutating plugins that the races depend on.
+
+* Defaulting of the fields clients require (a pod's restartPolicy, schedulerName,
+  terminationGracePeriodSeconds, container pull policies, qosClass; a Deployment's strategy
+  and progress deadline; ...), so that kubectl, the Python clients and the components read
+  the same shapes a real apiserver returns.
+* DefaultTolerationSeconds: every pod that does not already tolerate them gets
+  `node.kubernetes.io/not-ready:NoExecute` and `node.kubernetes.io/unreachable:NoExecute`
+  tolerations of 300 s. This is why pods on a powered-off node are deleted five minutes
+  after the node's NoExecute taint appears.
+* Priority: `spec.priority` resolved from `spec.priorityClassName` (or the global default
+  PriorityClass), with the two built-in system classes; an unknown class is Forbidden.
+
+All functions mutate the fresh dict they are given (a decoded request body) in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+from services.kinds import DAEMONSETS, DEPLOYMENTS, NAMESPACES, PODS, REPLICASETS, Kind, Obj
+
+DEFAULT_TOLERATION_SECONDS: Final = 300
+NOT_READY_TAINT: Final = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT: Final = "node.kubernetes.io/unreachable"
+
+SYSTEM_PRIORITY_CLASSES: Final[dict[str, int]] = {
+    "system-node-critical": 2_000_001_000,
+    "system-cluster-critical": 2_000_000_000,
+}
+
+PriorityLookup = Callable[[str], "Obj | None"]
+
+
+class AdmissionError(Exception):
+    """Admission refused the object (rendered as 403 Forbidden)."""
+
+
+def default_container(c: dict[str, Any]) -> None:
+    """Default the fields kubectl and the Python clients expect on a container."""
+    image = str(c.get("image") or "")
+    if "imagePullPolicy" not in c:
+        tag = image.rsplit("/", 1)[-1]
+        c["imagePullPolicy"] = "Always" if (":" not in tag or tag.endswith(":latest")) and "@" not in tag \
+            else "IfNotPresent"
+    c.setdefault("terminationMessagePath", "/dev/termination-log")
+    c.setdefault("terminationMessagePolicy", "File")
+    c.setdefault("resources", {})
+    for port in c.get("ports") or []:
+        if isinstance(port, dict):
+            port.setdefault("protocol", "TCP")
+
+
+def default_pod_spec(spec: dict[str, Any]) -> None:
+    """Default a PodSpec (also inside workload templates)."""
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("securityContext", {})
+    spec.setdefault("enableServiceLinks", True)
+    for field in ("containers", "initContainers"):
+        for c in spec.get(field) or []:
+            if isinstance(c, dict):
+                default_container(c)
+
+
+def qos_class(spec: dict[str, Any]) -> str:
+    """The pod's QoS class: Guaranteed, Burstable or BestEffort (as the kubelet computes it)."""
+    containers = [c for c in (spec.get("containers") or []) if isinstance(c, dict)]
+    any_set = False
+    guaranteed = True
+    for c in containers:
+        res = c.get("resources") or {}
+        requests = res.get("requests") or {}
+        limits = res.get("limits") or {}
+        if requests or limits:
+            any_set = True
+        for name in ("cpu", "memory"):
+            lim = limits.get(name)
+            req = requests.get(name, lim)
+            if lim is None or str(req) != str(lim):
+                guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed and containers else "Burstable"
+
+
+def add_default_tolerations(spec: dict[str, Any]) -> None:
+    """DefaultTolerationSeconds: tolerate not-ready and unreachable NoExecute for 300 s."""
+    tolerations = spec.get("tolerations")
+    if not isinstance(tolerations, list):
+        tolerations = []
+    for key in (NOT_READY_TAINT, UNREACHABLE_TAINT):
+        tolerated = any(
+            isinstance(t, dict)
+            and (t.get("operator") == "Exists" and not t.get("key") or t.get("key") == key)
+            and t.get("effect") in (None, "", "NoExecute")
+            for t in tolerations
+        )
+        if not tolerated:
+            tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
+                                "tolerationSeconds": DEFAULT_TOLERATION_SECONDS})
+    spec["tolerations"] = tolerations
+
+
+def resolve_priority(spec: dict[str, Any], *, lookup: PriorityLookup, classes: Iterable[Obj]) -> None:
+    """Set spec.priority (and preemptionPolicy) from the pod's PriorityClass."""
+    name = spec.get("priorityClassName")
+    value: int | None = None
+    policy: str | None = None
+    if name:
+        if name in SYSTEM_PRIORITY_CLASSES:
+            value = SYSTEM_PRIORITY_CLASSES[name]
+        else:
+            pc = lookup(str(name))
+            if pc is None:
+                raise AdmissionError(f"no PriorityClass with name {name} was found")
+            value = int(pc.get("value") or 0)
+            policy = pc.get("preemptionPolicy")
+    else:
+        for pc in classes:
+            if pc.get("globalDefault"):
+                spec["priorityClassName"] = pc["metadata"]["name"]
+                value = int(pc.get("value") or 0)
+                policy = pc.get("preemptionPolicy")
+                break
+    spec["priority"] = value if value is not None else 0
+    spec.setdefault("preemptionPolicy", policy or "PreemptLowerPriority")
+
+
+def admit_create(kind: Kind, obj: Obj, *, priority: PriorityLookup, priority_classes: Iterable[Obj]) -> None:
+    """Mutating admission and defaulting for a new object."""
+    spec = obj.get("spec")
+    if kind is PODS and isinstance(spec, dict):
+        default_pod_spec(spec)
+        add_default_tolerations(spec)
+        resolve_priority(spec, lookup=priority, classes=priority_classes)
+        obj["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
+    elif kind in (DEPLOYMENTS, REPLICASETS, DAEMONSETS) and isinstance(spec, dict):
+        default_workload(kind, spec)
+        obj["status"] = {}
+    elif kind is NAMESPACES:
+        obj["status"] = {"phase": "Active"}
+        obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+
+
+def default_workload(kind: Kind, spec: dict[str, Any]) -> None:
+    """Default a Deployment, ReplicaSet or DaemonSet spec."""
+    template = spec.get("template")
+    if isinstance(template, dict) and isinstance(template.get("spec"), dict):
+        default_pod_spec(template["spec"])
+    if kind is DEPLOYMENTS:
+        spec.setdefault("replicas", 1)
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("progressDeadlineSeconds", 600)
+        strategy = spec.setdefault("strategy", {})
+        if isinstance(strategy, dict):
+            strategy.setdefault("type", "RollingUpdate")
+            if strategy["type"] == "RollingUpdate":
+                ru = strategy.setdefault("rollingUpdate", {})
+                if isinstance(ru, dict):
+                    ru.setdefault("maxUnavailable", "25%")
+                    ru.setdefault("maxSurge", "25%")
+    elif kind is REPLICASETS:
+        spec.setdefault("replicas", 1)
+    elif kind is DAEMONSETS:
+        spec.setdefault("revisionHistoryLimit", 10)
+        us = spec.setdefault("updateStrategy", {})
+        if isinstance(us, dict):
+            us.setdefault("type", "RollingUpdate")
+            if us["type"] == "RollingUpdate":
+                us.setdefault("rollingUpdate", {"maxUnavailable": 1, "maxSurge": 0})
+
+
+def default_update(kind: Kind, obj: Obj) -> None:
+    """Defaulting on updates (a client may PUT a template without defaults)."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return
+    if kind is PODS:
+        default_pod_spec(spec)
+    elif kind in (DEPLOYMENTS, REPLICASETS, DAEMONSETS):
+        default_workload(kind, spec)

@@ -1,0 +1,130 @@
+"""metav1.Status errors: every failure the apiserver reports, in the shape clients parse.
+
+Handlers raise `StatusError`; the HTTP layer renders it with its code. kubectl prints
+`Error from server (<reason>): <message>` and the Python clients raise typed exceptions
+from the same body, so reason, code and `details.kind` (the resource plural) matter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.kinds import Kind, Obj
+
+
+class StatusError(Exception):
+    """A request that ends in a metav1.Status failure."""
+
+    def __init__(self, code: int, reason: str, message: str, *, details: Obj | None = None,
+                 retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+        self.retry_after = retry_after
+
+    def status(self) -> Obj:
+        """The Status object for the response body."""
+        body: dict[str, Any] = {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": self.message, "reason": self.reason, "code": self.code,
+        }
+        details = dict(self.details) if self.details else None
+        if self.retry_after is not None:
+            details = details or {}
+            details["retryAfterSeconds"] = self.retry_after
+        if details:
+            body["details"] = details
+        return body
+
+
+def success(code: int = 200, *, details: Obj | None = None) -> Obj:
+    """A Status of success (binding, eviction, deletecollection)."""
+    body: Obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}
+    if details:
+        body["details"] = details
+    return body
+
+
+def _details(kind: Kind | None, name: str | None) -> Obj:
+    out: Obj = {}
+    if name is not None:
+        out["name"] = name
+    if kind is not None:
+        out["group"] = kind.group
+        out["kind"] = kind.plural
+    return out
+
+
+def not_found(kind: Kind, name: str) -> StatusError:
+    """404: `pods "x" not found`."""
+    return StatusError(404, "NotFound", f'{kind.resource} "{name}" not found', details=_details(kind, name))
+
+
+def namespace_not_found(namespace: str) -> StatusError:
+    """404 for a missing namespace (creating into it)."""
+    return StatusError(404, "NotFound", f'namespaces "{namespace}" not found',
+                       details={"name": namespace, "kind": "namespaces"})
+
+
+def already_exists(kind: Kind, name: str) -> StatusError:
+    """409 AlreadyExists."""
+    return StatusError(409, "AlreadyExists", f'{kind.resource} "{name}" already exists',
+                       details=_details(kind, name))
+
+
+def conflict(kind: Kind, name: str, why: str | None = None) -> StatusError:
+    """409 Conflict: the optimistic-concurrency failure message clients recognise."""
+    msg = why or "the object has been modified; please apply your changes to the latest version and try again"
+    return StatusError(409, "Conflict", f'Operation cannot be fulfilled on {kind.resource} "{name}": {msg}',
+                       details=_details(kind, name))
+
+
+def invalid(kind: Kind, name: str, causes: list[Obj]) -> StatusError:
+    """422 Invalid with field causes."""
+    text = ", ".join(f"{c.get('field', '')}: {c.get('message', '')}" for c in causes)
+    details = _details(kind, name)
+    details["kind"] = kind.kind
+    details["causes"] = causes
+    return StatusError(422, "Invalid", f'{kind.kind} "{name}" is invalid: {text}', details=details)
+
+
+def bad_request(message: str) -> StatusError:
+    """400 BadRequest."""
+    return StatusError(400, "BadRequest", message)
+
+
+def gone(message: str) -> StatusError:
+    """410 Expired: a resourceVersion or continue token older than the server keeps."""
+    return StatusError(410, "Expired", message)
+
+
+def method_not_allowed(message: str = "the server does not allow this method on the requested resource") -> StatusError:
+    """405 MethodNotAllowed."""
+    return StatusError(405, "MethodNotAllowed", message)
+
+
+def unsupported_media_type(media_type: str) -> StatusError:
+    """415 UnsupportedMediaType."""
+    return StatusError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format: {media_type}")
+
+
+def forbidden(kind: Kind | None, name: str, message: str) -> StatusError:
+    """403 Forbidden."""
+    return StatusError(403, "Forbidden", message, details=_details(kind, name))
+
+
+def unknown_resource() -> StatusError:
+    """404 for a path that names no served resource."""
+    return StatusError(404, "NotFound", "the server could not find the requested resource")
+
+
+def too_large(limit: int) -> StatusError:
+    """413 RequestEntityTooLarge."""
+    return StatusError(413, "RequestEntityTooLarge", f"the request body exceeds the limit of {limit} bytes")
+
+
+def internal(message: str) -> StatusError:
+    """500 InternalError."""
+    return StatusError(500, "InternalError", f"Internal error occurred: {message}")

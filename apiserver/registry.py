@@ -1,0 +1,598 @@
+"""The semantics of every verb, over the store: what Kubernetes does on create, update, patch, delete.
+
+* Create: name or generateName, DNS-1123 validation, the namespace must exist and not be
+  terminating, admission and defaulting, server-set metadata (uid, creationTimestamp,
+  generation 1), 409 AlreadyExists.
+* Update and patch: optimistic concurrency (a stale `metadata.resourceVersion` is 409),
+  immutable metadata kept, `status` left alone by main-resource writes and the rest left
+  alone by status writes, `generation` bumped when the spec changes, and a write that
+  changes nothing is not a write (no new revision, no event), as in Kubernetes.
+* Delete: graceful deletion for pods (a bound, non-terminal pod gets deletionTimestamp and
+  deletionGracePeriodSeconds and stays until the kubelet deletes it with grace 0), finalizers
+  block removal until an update empties them, Orphan and Foreground propagation add their
+  finalizers for the garbage collector, uid/resourceVersion preconditions.
+* Subresources: status, pods/binding (409 if already bound), pods/eviction (PDB checks,
+  429 when a budget would be violated), deployments|replicasets/scale.
+
+All times are cluster time from the injected clock; uids and generated names come from the
+injected RNG, so a run with a seed repeats.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from apiserver import admission, errors
+from apiserver.patching import (
+    PatchError,
+    apply_json_patch,
+    apply_merge_patch,
+    apply_server_side_apply,
+    apply_strategic_merge_patch,
+)
+from apiserver.storage import Store
+from apiserver.validation import unknown_fields, validate_name, validate_object
+from services.clock import Clock, format_time
+from services.kinds import (
+    DEPLOYMENTS,
+    NAMESPACES,
+    PODDISRUPTIONBUDGETS,
+    PODS,
+    PRIORITYCLASSES,
+    REPLICASETS,
+    Kind,
+    Obj,
+    labels_of,
+)
+from services.selectors import FieldSelector, LabelSelector, SelectorError, label_selector_from_dict
+
+_NAME_CHARS: Final = "bcdfghjklmnpqrstvwxz2456789"
+_IMMUTABLE_META: Final = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
+                          "generation", "name", "namespace")
+INITIAL_NAMESPACES: Final = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteOptions:
+    """Query options of a write request."""
+
+    dry_run: bool = False
+    field_validation: str = ""
+    """"Strict", "Warn", "Ignore" or "" (the server default: Warn)."""
+    field_manager: str = ""
+    force: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteOptions:
+    """metav1.DeleteOptions, from the body or the query."""
+
+    grace_period_seconds: int | None = None
+    propagation_policy: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+    dry_run: bool = False
+
+    @classmethod
+    def from_obj(cls, body: Any, query: dict[str, str]) -> DeleteOptions:
+        """Merge the body's DeleteOptions with query parameters (the Python clients use both)."""
+        body = body if isinstance(body, dict) else {}
+        grace: Any = body.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
+        policy = body.get("propagationPolicy", query.get("propagationPolicy"))
+        if policy is None and body.get("orphanDependents") is True:
+            policy = "Orphan"
+        pre = body.get("preconditions") or {}
+        dry = body.get("dryRun") or ([query["dryRun"]] if "dryRun" in query else [])
+        try:
+            grace_int = None if grace is None or grace == "" else int(grace)
+        except (TypeError, ValueError) as exc:
+            raise errors.bad_request(f"invalid gracePeriodSeconds: {grace!r}") from exc
+        if policy is not None and policy not in ("Orphan", "Background", "Foreground"):
+            raise errors.bad_request(f"invalid propagationPolicy: {policy!r}")
+        if not isinstance(pre, dict):
+            raise errors.bad_request("preconditions must be an object")
+        return cls(grace_period_seconds=grace_int, propagation_policy=policy,
+                   uid=pre.get("uid"), resource_version=pre.get("resourceVersion"),
+                   dry_run=bool(dry))
+
+
+class Registry:
+    """Every verb's semantics over one Store."""
+
+    def __init__(self, *, store: Store, clock: Clock, rng: random.Random) -> None:
+        self.store = store
+        self.clock = clock
+        self.rng = rng
+        for ns in INITIAL_NAMESPACES:
+            if store.get(NAMESPACES, ns) is None:
+                self.create(NAMESPACES, None, {"metadata": {"name": ns}}, WriteOptions())
+
+    # ------------------------------------------------------------------------------ reads
+
+    def get(self, kind: Kind, namespace: str | None, name: str) -> Obj:
+        """The object, or 404."""
+        obj = self.store.get(kind, _key(kind, namespace, name))
+        if obj is None:
+            raise errors.not_found(kind, name)
+        return obj
+
+    def list(self, kind: Kind, *, namespace: str | None, labels: LabelSelector | None,
+             fields: FieldSelector | None) -> tuple[list[Obj], int]:
+        """Matching objects sorted by namespace/name, and the revision they were read at."""
+        node = fields.exact("spec.nodeName") if (kind is PODS and fields is not None) else None
+        source = self.store.pods_on_node(node) if node is not None else self.store.items(kind, namespace=namespace)
+        out = []
+        for obj in source:
+            if namespace and obj["metadata"].get("namespace") != namespace:
+                continue
+            if labels is not None and not labels.empty and not labels.matches(labels_of(obj)):
+                continue
+            if fields is not None and not fields.empty and not fields.matches(obj):
+                continue
+            out.append(obj)
+        out.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+        return out, self.store.revision
+
+    # ------------------------------------------------------------------------------ create
+
+    def create(self, kind: Kind, namespace: str | None, body: Any, opts: WriteOptions,
+               *, warnings: list[str] | None = None) -> Obj:
+        """Create an object from a freshly decoded body (which this call takes over)."""
+        obj = self._check_body(kind, body)
+        md = obj.setdefault("metadata", {})
+        if not isinstance(md, dict):
+            raise errors.bad_request("metadata must be an object")
+        ns = self._namespace_for(kind, namespace, md)
+        name = md.get("name")
+        if not name:
+            gen = md.get("generateName")
+            if not gen:
+                raise errors.invalid(kind, "", [{"reason": "FieldValueRequired", "field": "metadata.name",
+                                                 "message": "name or generateName is required"}])
+            name = str(gen) + "".join(self.rng.choice(_NAME_CHARS) for _ in range(5))
+        if not isinstance(name, str):
+            raise errors.bad_request("metadata.name must be a string")
+        problem = validate_name(kind, name)
+        if problem:
+            raise errors.invalid(kind, name, [{"reason": "FieldValueInvalid", "field": "metadata.name",
+                                               "message": problem}])
+        self._field_validation(kind, name, obj, opts, warnings)
+        if kind.namespaced:
+            nso = self.store.get(NAMESPACES, ns)
+            if nso is None:
+                raise errors.namespace_not_found(ns)
+            if (nso.get("status") or {}).get("phase") == "Terminating":
+                raise errors.forbidden(kind, name, f'{kind.plural} "{name}" is forbidden: unable to create new '
+                                       f"content in namespace {ns} because it is being terminated")
+        if self.store.get(kind, _key(kind, ns, name)) is not None:
+            raise errors.already_exists(kind, name)
+        try:
+            admission.admit_create(kind, obj, priority=self._priority_class,
+                                   priority_classes=self.store.items(PRIORITYCLASSES))
+        except admission.AdmissionError as exc:
+            raise errors.forbidden(kind, name, f'{kind.plural} "{name}" is forbidden: {exc}') from exc
+        causes = validate_object(kind, obj)
+        if causes:
+            raise errors.invalid(kind, name, [dict(c) for c in causes])
+        for field in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields",
+                      "selfLink"):
+            md.pop(field, None)
+        md["name"] = name
+        if kind.namespaced:
+            md["namespace"] = ns
+        else:
+            md.pop("namespace", None)
+        md["uid"] = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+        md["creationTimestamp"] = format_time(self.clock.now())
+        if "spec" in obj or kind.kind in ("Deployment", "ReplicaSet", "DaemonSet", "Pod"):
+            md["generation"] = 1
+        obj["kind"] = kind.kind
+        obj["apiVersion"] = kind.api_version
+        if opts.dry_run:
+            return obj
+        return self.store.write(kind, obj, event="ADDED")
+
+    # ------------------------------------------------------------------------------ update
+
+    def update(self, kind: Kind, namespace: str | None, name: str, body: Any, opts: WriteOptions,
+               *, subresource: str | None = None, warnings: list[str] | None = None) -> Obj:
+        """PUT: replace the object (or only its status) with optimistic concurrency."""
+        old = self.get(kind, namespace, name)
+        new = self._check_body(kind, body)
+        md = new.get("metadata")
+        if not isinstance(md, dict):
+            raise errors.bad_request("metadata must be an object")
+        if md.get("name") not in (None, name):
+            raise errors.bad_request(f"the name of the object ({md.get('name')}) does not match the name on "
+                                     f"the URL ({name})")
+        if kind.namespaced and md.get("namespace") not in (None, "", namespace):
+            raise errors.bad_request("the namespace of the object does not match the namespace on the URL")
+        self._field_validation(kind, name, new, opts, warnings)
+        return self._commit_update(kind, old, new, opts, subresource=subresource)
+
+    def patch(self, kind: Kind, namespace: str | None, name: str, patch: Any, patch_type: str,
+              opts: WriteOptions, *, subresource: str | None = None,
+              warnings: list[str] | None = None) -> tuple[Obj, bool]:
+        """PATCH with any of the four types; returns (object, created) — apply may create."""
+        key = _key(kind, namespace, name)
+        old = self.store.get(kind, key)
+        if old is None:
+            if patch_type != "apply" or subresource is not None:
+                raise errors.not_found(kind, name)
+            if not isinstance(patch, dict):
+                raise errors.bad_request("an apply patch must be an object")
+            body = apply_server_side_apply(None, patch, kind=kind)
+            body.setdefault("metadata", {})["name"] = name
+            return self.create(kind, namespace, body, opts, warnings=warnings), True
+        try:
+            patched = self._apply_patch(kind, old, patch, patch_type)
+        except PatchError as exc:
+            if exc.code == 400:
+                raise errors.bad_request(str(exc)) from exc
+            raise errors.StatusError(422, "Invalid", str(exc)) from exc
+        if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
+            raise errors.StatusError(422, "Invalid", "the patch produced an object without metadata")
+        if patched["metadata"].get("name", name) != name:
+            raise errors.bad_request("a patch cannot change metadata.name")
+        self._field_validation(kind, name, patched, opts, warnings)
+        return self._commit_update(kind, old, patched, opts, subresource=subresource), False
+
+    def _apply_patch(self, kind: Kind, old: Obj, patch: Any, patch_type: str) -> Any:
+        if patch_type == "json":
+            return apply_json_patch(old, patch)
+        if not isinstance(patch, dict):
+            raise PatchError("the patch must be a JSON object", code=400)
+        if patch_type == "merge":
+            return apply_merge_patch(old, patch)
+        if patch_type == "strategic":
+            return apply_strategic_merge_patch(old, patch, kind=kind)
+        if patch_type == "apply":
+            return apply_server_side_apply(old, patch, kind=kind)
+        raise errors.unsupported_media_type(patch_type)
+
+    def _commit_update(self, kind: Kind, old: Obj, new: Obj, opts: WriteOptions,
+                       *, subresource: str | None) -> Obj:
+        name = old["metadata"]["name"]
+        sent_rv = new["metadata"].get("resourceVersion")
+        if sent_rv not in (None, "") and str(sent_rv) != old["metadata"]["resourceVersion"]:
+            raise errors.conflict(kind, name)
+        if subresource == "status":
+            candidate: Obj = {**old, "metadata": dict(old["metadata"])}
+            if "status" in new:
+                candidate["status"] = new["status"]
+            else:
+                candidate.pop("status", None)
+        else:
+            candidate = new
+            md = candidate["metadata"]
+            for field in _IMMUTABLE_META:
+                if field in old["metadata"]:
+                    md[field] = old["metadata"][field]
+                else:
+                    md.pop(field, None)
+            md.pop("managedFields", None)
+            candidate["kind"] = kind.kind
+            candidate["apiVersion"] = kind.api_version
+            if kind.has_status:
+                if "status" in old:
+                    candidate["status"] = old["status"]
+                else:
+                    candidate.pop("status", None)
+            admission.default_update(kind, candidate)
+            if kind is PODS:
+                self._check_pod_update(old, candidate)
+            if "generation" in old["metadata"] and candidate.get("spec") != old.get("spec"):
+                md["generation"] = int(old["metadata"]["generation"]) + 1
+        causes = validate_object(kind, candidate)
+        if causes:
+            raise errors.invalid(kind, name, [dict(c) for c in causes])
+        candidate["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if candidate == old:
+            return old  # a no-op write: no new revision, no event
+        if opts.dry_run:
+            return candidate
+        md = candidate["metadata"]
+        if md.get("deletionTimestamp") and not md.get("finalizers") and not md.get("deletionGracePeriodSeconds"):
+            # The last finalizer is gone from an object being deleted: it goes now.
+            final = self.store.remove(kind, _key(kind, md.get("namespace"), name))
+            assert final is not None
+            return final
+        return self.store.write(kind, candidate, event="MODIFIED")
+
+    def _check_pod_update(self, old: Obj, new: Obj) -> None:
+        """Pod specs are mostly immutable; the scheduler binds through pods/binding only."""
+        old_node = (old.get("spec") or {}).get("nodeName")
+        new_node = (new.get("spec") or {}).get("nodeName")
+        if old_node and new_node != old_node:
+            raise errors.invalid(PODS, old["metadata"]["name"], [{
+                "reason": "FieldValueForbidden", "field": "spec.nodeName",
+                "message": "pod updates may not change spec.nodeName"}])
+
+    # ------------------------------------------------------------------------------ delete
+
+    def delete(self, kind: Kind, namespace: str | None, name: str, opts: DeleteOptions) -> Obj:
+        """DELETE with graceful deletion, finalizers, propagation and preconditions."""
+        old = self.get(kind, namespace, name)
+        md = old["metadata"]
+        if opts.uid is not None and opts.uid != md.get("uid"):
+            raise errors.conflict(kind, name, f"Precondition failed: UID in precondition: {opts.uid}, "
+                                  f"UID in object meta: {md.get('uid')}")
+        if opts.resource_version is not None and opts.resource_version != md.get("resourceVersion"):
+            raise errors.conflict(kind, name, "Precondition failed: resourceVersion in precondition: "
+                                  f"{opts.resource_version}, resourceVersion in object meta: "
+                                  f"{md.get('resourceVersion')}")
+        if kind is NAMESPACES:
+            return self._delete_namespace(old, opts)
+        finalizers = list(md.get("finalizers") or [])
+        policy = opts.propagation_policy
+        if policy == "Orphan" and "orphan" not in finalizers:
+            finalizers.append("orphan")
+        elif policy == "Foreground" and "foregroundDeletion" not in finalizers:
+            finalizers.append("foregroundDeletion")
+        grace = self._grace(kind, old, opts)
+        if grace == 0 and not finalizers:
+            if opts.dry_run:
+                return old
+            final = self.store.remove(kind, _key(kind, namespace, name))
+            assert final is not None
+            return final
+        # Graceful or blocked by finalizers: mark the object and leave it in place.
+        now = self.clock.now()
+        new_md = dict(md)
+        current = md.get("deletionGracePeriodSeconds")
+        if md.get("deletionTimestamp") and current is not None and grace >= int(current) \
+                and finalizers == list(md.get("finalizers") or []):
+            return old  # already terminating with a grace period no longer than this one
+        new_md["deletionTimestamp"] = format_time(now + grace)
+        new_md["deletionGracePeriodSeconds"] = grace
+        if finalizers:
+            new_md["finalizers"] = finalizers
+        if opts.dry_run:
+            return {**old, "metadata": new_md}
+        return self.store.write(kind, {**old, "metadata": new_md}, event="MODIFIED")
+
+    def _grace(self, kind: Kind, obj: Obj, opts: DeleteOptions) -> int:
+        """The grace period a delete gets: only bound, non-terminal pods are graceful."""
+        if kind is not PODS:
+            return 0
+        spec = obj.get("spec") or {}
+        phase = (obj.get("status") or {}).get("phase")
+        if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+            return 0
+        grace = opts.grace_period_seconds
+        if grace is None:
+            grace = int(spec.get("terminationGracePeriodSeconds", 30))
+        return max(0, grace)
+
+    def _delete_namespace(self, ns_obj: Obj, opts: DeleteOptions) -> Obj:
+        """Delete a namespace and everything in it.
+
+        Kubernetes' namespace controller deletes the contents and then the namespace; here
+        the apiserver does it at once (contents are removed without grace), which is enough
+        for the emulator's uses and keeps the apiserver free of background loops.
+        """
+        name = ns_obj["metadata"]["name"]
+        if opts.dry_run:
+            return ns_obj
+        for kind in self._namespaced_kinds():
+            for obj in list(self.store.items(kind, namespace=name)):
+                self.store.remove(kind, _key(kind, name, obj["metadata"]["name"]))
+        final = self.store.remove(NAMESPACES, name)
+        assert final is not None
+        return {**final, "status": {"phase": "Terminating"}}
+
+    @staticmethod
+    def _namespaced_kinds() -> list[Kind]:
+        from services.kinds import STORED_KINDS
+        return [k for k in STORED_KINDS if k.namespaced]
+
+    def delete_collection(self, kind: Kind, namespace: str | None, *, labels: LabelSelector | None,
+                          fields: FieldSelector | None, opts: DeleteOptions) -> list[Obj]:
+        """DELETE on a collection: delete every matching object with the same options."""
+        items, _ = self.list(kind, namespace=namespace, labels=labels, fields=fields)
+        out = []
+        for obj in items:
+            try:
+                out.append(self.delete(kind, obj["metadata"].get("namespace"), obj["metadata"]["name"], opts))
+            except errors.StatusError as exc:
+                if exc.code != 404:
+                    raise
+        return out
+
+    # ------------------------------------------------------------------------------ subresources
+
+    def bind(self, namespace: str, name: str, binding: Any, opts: WriteOptions) -> Obj:
+        """pods/binding: set spec.nodeName once, with the PodScheduled condition."""
+        if not isinstance(binding, dict):
+            raise errors.bad_request("a Binding must be an object")
+        target = binding.get("target")
+        if not isinstance(target, dict) or not target.get("name"):
+            raise errors.invalid(PODS, name, [{"reason": "FieldValueRequired", "field": "target.name",
+                                               "message": "a binding needs a target node name"}])
+        pod = self.get(PODS, namespace, name)
+        want_uid = (binding.get("metadata") or {}).get("uid")
+        if want_uid and want_uid != pod["metadata"].get("uid"):
+            raise errors.conflict(PODS, name, f"Precondition failed: UID in precondition: {want_uid}, "
+                                  f"UID in object meta: {pod['metadata'].get('uid')}")
+        node = str(target["name"])
+        if (pod.get("spec") or {}).get("nodeName"):
+            raise errors.conflict(PODS, name, f"pod {name} is already assigned to node "
+                                  f"\"{pod['spec']['nodeName']}\"")
+        if pod["metadata"].get("deletionTimestamp"):
+            raise errors.conflict(PODS, name, f"pod {name} is being deleted, cannot be assigned to a host")
+        status = dict(pod.get("status") or {})
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                           "lastTransitionTime": format_time(self.clock.now())})
+        status["conditions"] = conditions
+        new = {**pod, "metadata": dict(pod["metadata"]), "spec": {**pod["spec"], "nodeName": node},
+               "status": status}
+        if opts.dry_run:
+            return new
+        return self.store.write(PODS, new, event="MODIFIED")
+
+    def evict(self, namespace: str, name: str, eviction: Any) -> Obj:
+        """pods/eviction: a graceful delete unless a PodDisruptionBudget forbids it (429)."""
+        if not isinstance(eviction, dict):
+            raise errors.bad_request("an Eviction must be an object")
+        pod = self.get(PODS, namespace, name)
+        phase = (pod.get("status") or {}).get("phase")
+        if phase not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp"):
+            for pdb in self.store.items(PODDISRUPTIONBUDGETS, namespace=namespace):
+                if not self._pdb_allows(pdb, pod):
+                    raise errors.StatusError(
+                        429, "TooManyRequests",
+                        "Cannot evict pod as it would violate the pod's disruption budget.",
+                        details={"causes": [{"reason": "DisruptionBudget", "message":
+                                 f"The disruption budget {pdb['metadata']['name']} needs more healthy pods"}]},
+                        retry_after=5)
+        raw_opts = eviction.get("deleteOptions") or {}
+        opts = DeleteOptions.from_obj(raw_opts, {})
+        return self.delete(PODS, namespace, name, opts)
+
+    def _pdb_allows(self, pdb: Obj, pod: Obj) -> bool:
+        spec = pdb.get("spec") or {}
+        try:
+            selector = label_selector_from_dict(spec.get("selector"))
+        except SelectorError:
+            return True
+        if not selector.matches(labels_of(pod)):
+            return True
+        ns = pod["metadata"].get("namespace")
+        matching = [p for p in self.store.items(PODS, namespace=ns) if selector.matches(labels_of(p))]
+        healthy = sum(1 for p in matching if _pod_healthy(p))
+        total = len(matching)
+        if "minAvailable" in spec:
+            need = _int_or_percent(spec["minAvailable"], total, round_up=True)
+            return healthy - 1 >= need
+        if "maxUnavailable" in spec:
+            allowed = _int_or_percent(spec["maxUnavailable"], total, round_up=True)
+            return (total - healthy) + 1 <= allowed
+        return True
+
+    def get_scale(self, kind: Kind, namespace: str, name: str) -> Obj:
+        """The autoscaling/v1 Scale of a Deployment or ReplicaSet."""
+        obj = self.get(kind, namespace, name)
+        return _scale_of(obj)
+
+    def update_scale(self, kind: Kind, namespace: str, name: str, scale: Any, opts: WriteOptions) -> Obj:
+        """Write spec.replicas of the parent from a Scale."""
+        if not isinstance(scale, dict) or not isinstance(scale.get("spec"), dict):
+            raise errors.bad_request("a Scale must be an object with spec")
+        replicas = scale["spec"].get("replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise errors.invalid(kind, name, [{"reason": "FieldValueInvalid", "field": "spec.replicas",
+                                               "message": "must be a non-negative integer"}])
+        obj = self.get(kind, namespace, name)
+        sent_rv = (scale.get("metadata") or {}).get("resourceVersion")
+        if sent_rv and sent_rv != obj["metadata"]["resourceVersion"]:
+            raise errors.conflict(kind, name)
+        new = copy.deepcopy(obj)
+        new["spec"]["replicas"] = replicas
+        updated = self._commit_update(kind, obj, new, opts, subresource=None)
+        return _scale_of(updated)
+
+    def patch_scale(self, kind: Kind, namespace: str, name: str, patch: Any, patch_type: str,
+                    opts: WriteOptions) -> Obj:
+        """PATCH on scale: patch the Scale document, then write it back."""
+        current = self.get_scale(kind, namespace, name)
+        try:
+            if patch_type == "json":
+                patched = apply_json_patch(current, patch)
+            elif isinstance(patch, dict):
+                patched = apply_merge_patch(current, patch)
+            else:
+                raise errors.bad_request("the patch must be a JSON object")
+        except PatchError as exc:
+            raise errors.StatusError(exc.code, "Invalid" if exc.code == 422 else "BadRequest", str(exc)) from exc
+        return self.update_scale(kind, namespace, name, patched, opts)
+
+    # ------------------------------------------------------------------------------ helpers
+
+    def _check_body(self, kind: Kind, body: Any) -> Obj:
+        if not isinstance(body, dict):
+            raise errors.bad_request(f"the body of a {kind.kind} must be a JSON object")
+        api_version = body.get("apiVersion")
+        body_kind = body.get("kind")
+        if body_kind not in (None, "", kind.kind) or api_version not in (None, "", kind.api_version):
+            raise errors.bad_request(f"the API version in the data ({api_version}) and kind ({body_kind}) "
+                                     f"do not match the expected {kind.api_version} {kind.kind}")
+        if "metadata" in body and not isinstance(body["metadata"], dict):
+            raise errors.bad_request("metadata must be an object")
+        for field in ("spec", "status"):
+            if field in body and body[field] is not None and not isinstance(body[field], dict):
+                raise errors.bad_request(f"{field} must be an object")
+        return body
+
+    def _namespace_for(self, kind: Kind, namespace: str | None, md: dict[str, Any]) -> str:
+        if not kind.namespaced:
+            return ""
+        body_ns = md.get("namespace")
+        if namespace and body_ns and body_ns != namespace:
+            raise errors.bad_request("the namespace of the provided object does not match the namespace "
+                                     "sent on the request")
+        ns = namespace or body_ns
+        if not ns:
+            raise errors.bad_request("a namespace is required for namespaced resources")
+        return str(ns)
+
+    def _field_validation(self, kind: Kind, name: str, obj: Obj, opts: WriteOptions,
+                          warnings: list[str] | None) -> None:
+        mode = opts.field_validation
+        if mode not in ("Strict", "Warn"):
+            return
+        unknown = unknown_fields(kind, obj)
+        if not unknown:
+            return
+        if mode == "Strict":
+            text = ", ".join(f'unknown field "{f}"' for f in unknown)
+            raise errors.bad_request(f"strict decoding error: {text}")
+        if warnings is not None:
+            warnings.extend(f'unknown field "{f}"' for f in unknown)
+
+    def _priority_class(self, name: str) -> Obj | None:
+        return self.store.get(PRIORITYCLASSES, name)
+
+
+def _key(kind: Kind, namespace: str | None, name: str) -> str:
+    return f"{namespace}/{name}" if kind.namespaced else name
+
+
+def _pod_healthy(pod: Obj) -> bool:
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _int_or_percent(value: Any, total: int, *, round_up: bool) -> int:
+    if isinstance(value, str) and value.endswith("%"):
+        pct = int(value[:-1])
+        n = total * pct
+        return -(-n // 100) if round_up else n // 100
+    return int(value)
+
+
+def _scale_of(obj: Obj) -> Obj:
+    md = obj["metadata"]
+    selector = (obj.get("spec") or {}).get("selector") or {}
+    labels = selector.get("matchLabels") or {}
+    sel_text = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    return {
+        "kind": "Scale", "apiVersion": "autoscaling/v1",
+        "metadata": {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                     if k in md},
+        "spec": {"replicas": int((obj.get("spec") or {}).get("replicas") or 0)},
+        "status": {"replicas": int((obj.get("status") or {}).get("replicas") or 0), "selector": sel_text},
+    }
+
+
+ScaleKinds: Final = (DEPLOYMENTS, REPLICASETS)
+Now = Callable[[], float]

@@ -1,0 +1,236 @@
+"""The apiserver process: settings, the aiohttp application, and its lifecycle.
+
+Besides the Kubernetes API (`serving.py`) the process serves:
+
+* `/healthz`, `/livez`, `/readyz` (open without a token), `/metrics` (Prometheus);
+* `/clock`: the cluster clock every component derives its time from;
+* `/kubemesh/v1/components`: the registry where components announce their admin endpoints,
+  so that chaos can reach them.
+
+With a token configured, every other path needs `Authorization: Bearer <token>`; without
+one, a request is 401 and changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import random
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+import structlog
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from apiserver import errors
+from apiserver.registry import Registry
+from apiserver.serving import HUB, MAX_BODY, REGISTRY, Api, identity, render, render_status
+from apiserver.storage import Backend, LogBackend, MemoryBackend, Store
+from apiserver.watching import WatchHub, WatchSettings
+from services.clock import ClusterClock
+
+OPEN_PATHS: Final = frozenset({"/healthz", "/livez", "/readyz"})
+log = structlog.get_logger("apiserver")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSettings:
+    """How one apiserver process is configured."""
+
+    host: str = "127.0.0.1"
+    port: int = 6443
+    data_dir: str | None = None
+    """Directory for the append-only log and snapshots; None keeps state in memory only."""
+    fsync: bool = False
+    """fsync every write (survives machine crashes, not only process kills)."""
+    token: str | None = None
+    """Bearer token required on everything but the health endpoints."""
+    clock_rate: float = 1.0
+    """Cluster seconds per wall second."""
+    seed: int | None = None
+    """Seed for uids and generated names; None for an OS-seeded RNG."""
+    watch: WatchSettings = field(default_factory=WatchSettings)
+
+
+@dataclass(slots=True)
+class Metrics:
+    """The apiserver's Prometheus metrics."""
+
+    registry: CollectorRegistry
+    requests: Counter
+    latency: Histogram
+    watchers: Gauge
+    objects: Gauge
+
+    @classmethod
+    def create(cls) -> Metrics:
+        """Fresh metrics on their own registry."""
+        reg = CollectorRegistry()
+        return cls(
+            registry=reg,
+            requests=Counter("apiserver_request_total", "Requests by verb, resource and code",
+                             ["verb", "resource", "code"], registry=reg),
+            latency=Histogram("apiserver_request_duration_seconds", "Request latency (wall seconds)",
+                              ["verb"], registry=reg,
+                              buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5)),
+            watchers=Gauge("apiserver_registered_watchers", "Live watch streams", registry=reg),
+            objects=Gauge("apiserver_storage_revision", "Current store revision", registry=reg),
+        )
+
+
+CLOCK: Final = web.AppKey("clock", ClusterClock)
+METRICS: Final = web.AppKey("metrics", Metrics)
+COMPONENTS: Final = web.AppKey("components", dict)  # type: ignore[type-arg]
+
+
+def _load_clock(settings: ServerSettings) -> ClusterClock:
+    """The cluster clock, continued across restarts when there is a data directory."""
+    if settings.data_dir:
+        path = Path(settings.data_dir) / "clock.json"
+        if path.exists():
+            doc = orjson.loads(path.read_bytes())
+            if float(doc.get("rate", 0)) == settings.clock_rate:
+                return ClusterClock.from_document(doc)
+        clock = ClusterClock(rate=settings.clock_rate)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(orjson.dumps(clock.document()))
+        return clock
+    return ClusterClock(rate=settings.clock_rate)
+
+
+def build_app(settings: ServerSettings) -> web.Application:
+    """The whole apiserver as an aiohttp application (tests may run it in-process)."""
+    clock = _load_clock(settings)
+    backend: Backend = LogBackend(settings.data_dir, fsync=settings.fsync) if settings.data_dir \
+        else MemoryBackend()
+    store = Store(backend=backend)
+    hub = WatchHub(store=store, now=clock.now, settings=settings.watch)
+    rng = random.Random(settings.seed) if settings.seed is not None else random.Random()
+    registry = Registry(store=store, clock=clock, rng=rng)
+    metrics = Metrics.create()
+    api = Api(registry=registry, hub=hub, server_address=f"{settings.host}:{settings.port}")
+    token = settings.token
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        verb = request.method
+        try:
+            if token is not None and request.path not in OPEN_PATHS:
+                sent = request.headers.get("Authorization", "")
+                if not (sent.startswith("Bearer ") and hmac.compare_digest(sent[7:].strip(), token)):
+                    raise errors.StatusError(401, "Unauthorized", "Unauthorized")
+            resp: web.StreamResponse = await handler(request)
+        except errors.StatusError as exc:
+            resp = render_status(request, exc)
+        except web.HTTPException as exc:
+            if exc.status == 413:
+                resp = render_status(request, errors.too_large(MAX_BODY))
+            elif exc.status == 404:
+                resp = render_status(request, errors.unknown_resource())
+            elif exc.status == 405:
+                resp = render_status(request, errors.method_not_allowed())
+            else:
+                resp = render_status(request, errors.StatusError(exc.status, exc.reason, exc.text or exc.reason))
+        except (asyncio.CancelledError, ConnectionResetError):
+            raise
+        except Exception as exc:
+            log.exception("unhandled error", path=request.path, method=verb, client=identity(request))
+            resp = render_status(request, errors.internal(type(exc).__name__))
+        resource = request.match_info.get("tail", request.path).split("/", 3)[0]
+        metrics.requests.labels(verb, resource, str(resp.status)).inc()
+        metrics.latency.labels(verb).observe(loop.time() - started)
+        return resp
+
+    app = web.Application(middlewares=[guard], client_max_size=MAX_BODY + 1024)
+    app[REGISTRY] = registry
+    app[HUB] = hub
+    app[CLOCK] = clock
+    app[METRICS] = metrics
+    app[COMPONENTS] = {}
+    app.add_routes(api.routes())
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def metrics_handler(request: web.Request) -> web.Response:
+        metrics.watchers.set(len(hub.watchers))
+        metrics.objects.set(store.revision)
+        return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def clock_handler(request: web.Request) -> web.Response:
+        return render(request, clock.document())
+
+    async def put_component(request: web.Request) -> web.Response:
+        try:
+            body = await request.json(loads=orjson.loads)
+        except ValueError as exc:
+            raise errors.bad_request("the component registration must be JSON") from exc
+        if not isinstance(body, dict) or not isinstance(body.get("adminURL"), str):
+            raise errors.StatusError(422, "Invalid", "a registration needs component, instance and adminURL")
+        instance = request.match_info["instance"]
+        entry = {"component": str(body.get("component", "")), "instance": instance,
+                 "adminURL": body["adminURL"], "registeredAt": clock.now()}
+        app[COMPONENTS][instance] = entry
+        return render(request, entry)
+
+    async def list_components(request: web.Request) -> web.Response:
+        return render(request, {"items": sorted(app[COMPONENTS].values(), key=lambda e: e["instance"])})
+
+    app.add_routes([
+        web.get("/healthz", health), web.get("/livez", health), web.get("/readyz", health),
+        web.get("/metrics", metrics_handler), web.get("/clock", clock_handler),
+        web.put("/kubemesh/v1/components/{instance}", put_component),
+        web.get("/kubemesh/v1/components", list_components),
+    ])
+
+    async def compactor(app: web.Application) -> Any:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(1.0)
+                store.compact()
+        task = asyncio.get_running_loop().create_task(loop(), name="apiserver-compactor")
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def on_shutdown(app: web.Application) -> None:
+        api.shutting_down = True
+        hub.close_all("apiserver shutting down")
+
+    async def on_cleanup(app: web.Application) -> None:
+        store.close()
+
+    app.cleanup_ctx.append(compactor)
+    app.on_shutdown.append(on_shutdown)
+    app.on_cleanup.append(on_cleanup)
+    return app
+
+
+async def serve(settings: ServerSettings, *, stop: asyncio.Event | None = None) -> None:
+    """Run the apiserver until `stop` is set (or SIGTERM/SIGINT when run as a process)."""
+    app = build_app(settings)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=2.0)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port, backlog=4096, reuse_address=True)
+    await site.start()
+    log.info("apiserver listening", host=settings.host, port=settings.port, data_dir=settings.data_dir,
+             clock_rate=settings.clock_rate, auth=settings.token is not None)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("apiserver stopping")
+        await runner.cleanup()

@@ -1,0 +1,359 @@
+"""Watch streams: a window of recent events per kind, and fan-out to bounded watchers.
+
+What a watch promises (the Kubernetes watch-cache contract, kept here):
+
+* Events reach a watcher in revision order; per-object order is therefore always kept.
+* A watch from revision N delivers every matching event after N, if N is still inside the
+  kind's window; if the window has moved past N the watch fails with 410 Expired and the
+  client relists. A watch from "" or "0" starts with a synthetic ADDED per matching object.
+* With selectors, an object that starts matching arrives as ADDED and one that stops
+  matching as DELETED (carrying its previous state at the new revision).
+* BOOKMARK events (when asked for) carry a revision up to which this watcher has been sent
+  everything it matches; they are emitted only when its queue is empty.
+* A watcher's queue is bounded. A watcher that cannot keep up is closed (its stream ends;
+  the client resumes from its last revision), never allowed to grow memory without bound.
+
+Encoding cost: an event's object is serialised at most once per encoding, and the frame
+bytes for each (event type, encoding) are cached on the event, so every watcher of one
+encoding is sent the same bytes. Pod watchers that select one node (`spec.nodeName=X`, the
+kubelet's watch) sit in an index, so a pod event is offered to the watchers of its node and
+to the unindexed watchers only: fan-out does not grow with the number of kubelets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import orjson
+
+from apiserver import tables
+from apiserver.storage import EventType, Store
+from services.codec import Encoding
+from services.kinds import PODS, STORED_KINDS, Kind, Obj, labels_of, namespace_of
+from services.selectors import FieldSelector, LabelSelector
+
+@dataclass(slots=True, eq=False)
+class Event:
+    """One write as watchers see it, with its encodings cached."""
+
+    type: EventType
+    kind: Kind
+    obj: Obj
+    prev: Obj | None
+    rv: int
+    _bytes: dict[tuple[bool, Encoding], bytes] = field(default_factory=dict)
+    _frames: dict[tuple[str, bool, Encoding], bytes] = field(default_factory=dict)
+    _as_deleted: Obj | None = None
+
+    def object_for(self, *, use_prev: bool) -> Obj:
+        """The object a frame carries: the new state, or the previous state re-stamped."""
+        if not use_prev or self.prev is None:
+            return self.obj
+        if self._as_deleted is None:
+            self._as_deleted = {**self.prev, "metadata": {**self.prev["metadata"],
+                                                          "resourceVersion": str(self.rv)}}
+        return self._as_deleted
+
+    def frame(self, type_: str, encoding: Encoding, *, use_prev: bool = False) -> bytes:
+        """The wire frame `{"type": type_, "object": ...}` in an encoding, built once."""
+        fkey = (type_, use_prev, encoding)
+        cached = self._frames.get(fkey)
+        if cached is not None:
+            return cached
+        bkey = (use_prev, encoding)
+        body = self._bytes.get(bkey)
+        if body is None:
+            obj = self.object_for(use_prev=use_prev)
+            body = msgpack.packb(obj, use_bin_type=True) if encoding == "msgpack" else orjson.dumps(obj)
+            self._bytes[bkey] = body
+        frame = encode_frame(type_, body, encoding)
+        self._frames[fkey] = frame
+        return frame
+
+
+def encode_frame(type_: str, body: bytes, encoding: Encoding) -> bytes:
+    """Wrap an encoded object into a watch frame."""
+    if encoding == "msgpack":
+        return b"\x82" + msgpack.packb("type") + msgpack.packb(type_) + msgpack.packb("object") + body
+    return b'{"type":"' + type_.encode() + b'","object":' + body + b"}\n"
+
+
+def encode_event(type_: str, obj: Obj, encoding: Encoding) -> bytes:
+    """Encode a one-off event (synthetic ADDED, BOOKMARK, ERROR)."""
+    body = msgpack.packb(obj, use_bin_type=True) if encoding == "msgpack" else orjson.dumps(obj)
+    return encode_frame(type_, body, encoding)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WatchSettings:
+    """Limits of the watch machinery."""
+
+    window: int = 10_000
+    """Events kept per kind for watches that resume from a revision."""
+    max_queue: int = 10_000
+    """Events a watcher may have waiting; beyond that it is closed as too slow."""
+    bookmark_interval: float = 5.0
+    """Wall seconds of idleness after which a watcher that asked for bookmarks gets one."""
+    batch: int = 512
+    """Frames joined into one write when a watcher has a backlog."""
+
+
+Item = tuple[str, Event, bool]
+"""A queued delivery: (event type as this watcher sees it, the event, carry previous state)."""
+
+
+class Watcher:
+    """One watch stream: its selection, its queue and its writer side."""
+
+    def __init__(self, *, kind: Kind, namespace: str | None, labels: LabelSelector | None,
+                 fields: FieldSelector | None, encoding: Encoding, table: bool, bookmarks: bool,
+                 identity: tuple[str, str], settings: WatchSettings, now: Callable[[], float],
+                 revision: Callable[[], int]) -> None:
+        self.kind = kind
+        self.namespace = namespace or None
+        self.labels = labels if labels is not None and not labels.empty else None
+        self.fields = fields if fields is not None and not fields.empty else None
+        self.encoding: Encoding = "json" if table else encoding
+        self.table = table
+        self.bookmarks = bookmarks
+        self.identity = identity
+        self.settings = settings
+        self._now = now
+        self._revision = revision
+        self.initial: deque[bytes] = deque()
+        self.queue: deque[Item] = deque()
+        self.closed = False
+        self.close_reason = ""
+        self.final_frame: bytes | None = None
+        self.delivered = 0
+        self._wake = asyncio.Event()
+        self.node_key: str | None = None
+        self.initial_end_rv: int | None = None
+
+    # ------------------------------------------------------------------------------ selection
+
+    def matches(self, obj: Obj) -> bool:
+        """Whether an object is in this watcher's selection."""
+        if self.namespace is not None and namespace_of(obj) != self.namespace:
+            return False
+        if self.labels is not None and not self.labels.matches(labels_of(obj)):
+            return False
+        return self.fields is None or self.fields.matches(obj)
+
+    def offer(self, event: Event) -> None:
+        """Queue an event as this watcher sees it (synchronously, in revision order)."""
+        if self.closed:
+            return
+        if event.type == "MODIFIED" and event.prev is not None and (self.labels or self.fields):
+            now_in = self.matches(event.obj)
+            was_in = self.matches(event.prev)
+            if now_in and was_in:
+                self._push(("MODIFIED", event, False))
+            elif now_in:
+                self._push(("ADDED", event, False))
+            elif was_in:
+                self._push(("DELETED", event, True))
+            return
+        if self.matches(event.obj):
+            self._push((event.type, event, False))
+
+    def _push(self, item: Item) -> None:
+        if len(self.queue) >= self.settings.max_queue:
+            # A watcher that cannot keep up is cut off, as the real watch cache does; the
+            # client resumes from the last revision it received.
+            self.close("watcher too slow: its queue is full")
+            return
+        self.queue.append(item)
+        self._wake.set()
+
+    def add_initial(self, frame: bytes) -> None:
+        """Queue a frame of the initial state (not counted against the queue bound)."""
+        self.initial.append(frame)
+
+    def close(self, reason: str, *, final_frame: bytes | None = None) -> None:
+        """End the stream after what is already queued (final_frame: e.g. an ERROR)."""
+        if not self.closed:
+            self.closed = True
+            self.close_reason = reason
+            self.final_frame = final_frame
+            self._wake.set()
+
+    # ------------------------------------------------------------------------------ writing
+
+    def _frame(self, item: Item) -> bytes:
+        type_, event, use_prev = item
+        if self.table:
+            obj = event.object_for(use_prev=use_prev)
+            return encode_event(type_, tables.watch_event_table(self.kind, obj, now=self._now()), "json")
+        return event.frame(type_, self.encoding, use_prev=use_prev)
+
+    def bookmark(self, *, initial_end: bool = False) -> bytes:
+        """A BOOKMARK frame at the current revision."""
+        md: dict[str, Any] = {"resourceVersion": str(self._revision())}
+        if initial_end:
+            md["annotations"] = {"k8s.io/initial-events-end": "true"}
+        obj = {"kind": self.kind.kind, "apiVersion": self.kind.api_version, "metadata": md}
+        return encode_event("BOOKMARK", obj, self.encoding)
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        """The bytes to send, batched; ends when the watcher is closed and drained."""
+        batch = self.settings.batch
+        while True:
+            if self.initial:
+                n = min(batch, len(self.initial))
+                chunk = b"".join(self.initial.popleft() for _ in range(n))
+                self.delivered += n
+                if not self.initial and self.initial_end_rv is not None:
+                    chunk += self.bookmark(initial_end=True)
+                yield chunk
+                continue
+            if self.queue:
+                n = min(batch, len(self.queue))
+                frames = [self._frame(self.queue.popleft()) for _ in range(n)]
+                self.delivered += n
+                yield b"".join(frames)
+                continue
+            if self.closed:
+                if self.final_frame is not None:
+                    yield self.final_frame
+                return
+            self._wake.clear()
+            if self.bookmarks:
+                try:
+                    async with asyncio.timeout(self.settings.bookmark_interval):
+                        await self._wake.wait()
+                except TimeoutError:
+                    if not self.queue and not self.closed:
+                        yield self.bookmark()
+            else:
+                await self._wake.wait()
+
+
+class WatchHub:
+    """The event windows of every kind and the registry of live watchers."""
+
+    def __init__(self, *, store: Store, now: Callable[[], float], settings: WatchSettings | None = None) -> None:
+        self.store = store
+        self.settings = settings or WatchSettings()
+        self._now = now
+        self.windows: dict[Kind, deque[Event]] = {k: deque() for k in STORED_KINDS}
+        # Every event of a kind after floor[kind] is in its window.
+        self.floor: dict[Kind, int] = dict.fromkeys(STORED_KINDS, store.revision)
+        self._general: dict[Kind, set[Watcher]] = {k: set() for k in STORED_KINDS}
+        self._by_node: dict[str, set[Watcher]] = {}
+        store.subscribe(self.publish)
+
+    @property
+    def watchers(self) -> list[Watcher]:
+        """Every live watcher."""
+        out = [w for ws in self._general.values() for w in ws]
+        out.extend(w for ws in self._by_node.values() for w in ws)
+        return out
+
+    def publish(self, kind: Kind, type_: EventType, obj: Obj, prev: Obj | None, rv: int) -> None:
+        """Record a write in the kind's window and offer it to the watchers that may match."""
+        event = Event(type=type_, kind=kind, obj=obj, prev=prev, rv=rv)
+        window = self.windows[kind]
+        window.append(event)
+        if len(window) > self.settings.window:
+            self.floor[kind] = window.popleft().rv
+        for w in tuple(self._general[kind]):
+            w.offer(event)
+        if kind is PODS and self._by_node:
+            node = _node(obj)
+            targets = set(self._by_node.get(node, ()))
+            if prev is not None:
+                old = _node(prev)
+                if old != node:
+                    targets.update(self._by_node.get(old, ()))
+            for w in targets:
+                w.offer(event)
+
+    def watch(self, kind: Kind, *, namespace: str | None, labels: LabelSelector | None,
+              fields: FieldSelector | None, resource_version: str, send_initial_events: bool,
+              encoding: Encoding, table: bool, bookmarks: bool, identity: tuple[str, str]) -> Watcher:
+        """Open a watcher; raises ValueError (410) when the revision is outside the window."""
+        w = Watcher(kind=kind, namespace=namespace, labels=labels, fields=fields, encoding=encoding,
+                    table=table, bookmarks=bookmarks, identity=identity, settings=self.settings,
+                    now=self._now, revision=lambda: self.store.revision)
+        rv_text = resource_version or ""
+        if send_initial_events or rv_text in ("", "0"):
+            # Initial state and registration happen with no await in between, so no write
+            # can fall between the synthetic ADDED events and the live ones.
+            objects = self._initial_objects(kind, namespace=namespace, fields=fields)
+            for obj in sorted((o for o in objects if w.matches(o)), key=_sort_key):
+                if table:
+                    w.add_initial(encode_event("ADDED", tables.watch_event_table(kind, obj, now=self._now()),
+                                               "json"))
+                else:
+                    w.add_initial(encode_event("ADDED", obj, w.encoding))
+            if send_initial_events:
+                w.initial_end_rv = self.store.revision
+                if not w.initial:
+                    w.add_initial(b"")
+        else:
+            try:
+                since = int(rv_text)
+            except ValueError as exc:
+                raise LookupError(f"invalid resourceVersion {rv_text!r}") from exc
+            if since < self.floor[kind]:
+                raise ValueError(f"too old resource version: {since} ({self.floor[kind]})")
+            for event in self.windows[kind]:
+                if event.rv > since:
+                    w.offer(event)
+        self._register(w)
+        return w
+
+    def _initial_objects(self, kind: Kind, *, namespace: str | None, fields: FieldSelector | None) -> list[Obj]:
+        node = fields.exact("spec.nodeName") if (kind is PODS and fields is not None) else None
+        if node is not None:
+            return list(self.store.pods_on_node(node))
+        return list(self.store.items(kind, namespace=namespace))
+
+    def _register(self, w: Watcher) -> None:
+        node = w.fields.exact("spec.nodeName") if (w.kind is PODS and w.fields is not None) else None
+        if node is not None:
+            w.node_key = node
+            self._by_node.setdefault(node, set()).add(w)
+        else:
+            self._general[w.kind].add(w)
+
+    def unregister(self, w: Watcher) -> None:
+        """Forget a watcher whose stream ended."""
+        if w.node_key is not None:
+            bucket = self._by_node.get(w.node_key)
+            if bucket is not None:
+                bucket.discard(w)
+                if not bucket:
+                    del self._by_node[w.node_key]
+        else:
+            self._general[w.kind].discard(w)
+
+    def close_all(self, reason: str) -> None:
+        """Close every stream (server shutdown)."""
+        for w in self.watchers:
+            w.close(reason)
+
+
+def _node(pod: Obj) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+def _sort_key(obj: Obj) -> tuple[str, str]:
+    md = obj.get("metadata") or {}
+    return (str(md.get("namespace") or ""), str(md.get("name") or ""))
+
+
+async def drain_stream(w: Watcher) -> list[bytes]:
+    """Test helper: everything a closed watcher would still send."""
+    out: list[bytes] = []
+    with contextlib.suppress(asyncio.CancelledError):
+        async for chunk in w.stream():
+            out.append(chunk)
+    return out
