@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from apiserver.server import ServerSettings, serve
@@ -34,11 +35,12 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
 def main(argv: list[str] | None = None) -> int:
     """Run until SIGTERM or SIGINT."""
     settings = parse_args(argv)
+    factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     try:
         import uvloop
         factory = uvloop.new_event_loop
     except ImportError:  # uvloop is optional: the stock loop works, only slower
-        factory = asyncio.new_event_loop
+        pass
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(serve(settings))
     return 0

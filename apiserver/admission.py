@@ -95,7 +95,7 @@ def add_default_tolerations(spec: dict[str, Any]) -> None:
     for key in (NOT_READY_TAINT, UNREACHABLE_TAINT):
         tolerated = any(
             isinstance(t, dict)
-            and (t.get("operator") == "Exists" and not t.get("key") or t.get("key") == key)
+            and ((t.get("operator") == "Exists" and not t.get("key")) or t.get("key") == key)
             and t.get("effect") in (None, "", "NoExecute")
             for t in tolerations
         )

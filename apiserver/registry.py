@@ -121,7 +121,7 @@ class Registry:
             raise errors.not_found(kind, name)
         return obj
 
-    def list(self, kind: Kind, *, namespace: str | None, labels: LabelSelector | None,
+    def list_objects(self, kind: Kind, *, namespace: str | None, labels: LabelSelector | None,
              fields: FieldSelector | None) -> tuple[list[Obj], int]:
         """Matching objects sorted by namespace/name, and the revision they were read at."""
         node = fields.exact("spec.nodeName") if (kind is PODS and fields is not None) else None
@@ -394,7 +394,7 @@ class Registry:
     def delete_collection(self, kind: Kind, namespace: str | None, *, labels: LabelSelector | None,
                           fields: FieldSelector | None, opts: DeleteOptions) -> list[Obj]:
         """DELETE on a collection: delete every matching object with the same options."""
-        items, _ = self.list(kind, namespace=namespace, labels=labels, fields=fields)
+        items, _ = self.list_objects(kind, namespace=namespace, labels=labels, fields=fields)
         out = []
         for obj in items:
             try:

@@ -86,7 +86,7 @@ class Metrics:
 
 CLOCK: Final = web.AppKey("clock", ClusterClock)
 METRICS: Final = web.AppKey("metrics", Metrics)
-COMPONENTS: Final = web.AppKey("components", dict)  # type: ignore[type-arg]
+COMPONENTS: Final = web.AppKey("components", dict[str, dict[str, Any]])
 
 
 def _load_clock(settings: ServerSettings) -> ClusterClock:

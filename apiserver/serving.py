@@ -25,8 +25,13 @@ from apiserver.watching import WatchHub, encode_event
 from services import codec
 from services.codec import Encoding
 from services.kinds import BINDINGS, PODS, Kind, Obj, lookup
-from services.selectors import FieldSelector, LabelSelector, SelectorError, parse_field_selector, \
-    parse_label_selector
+from services.selectors import (
+    FieldSelector,
+    LabelSelector,
+    SelectorError,
+    parse_field_selector,
+    parse_label_selector,
+)
 
 MAX_BODY: Final = 3 * 1024 * 1024
 PATCH_TYPES: Final = {
@@ -68,7 +73,7 @@ def identity(request: web.Request) -> tuple[str, str]:
 
 
 def response_encoding(request: web.Request) -> Encoding:
-    """msgpack when the client prefers it, JSON otherwise."""
+    """Msgpack when the client prefers it, JSON otherwise."""
     accept = request.headers.get("Accept", "")
     return "msgpack" if codec.MSGPACK in accept else "json"
 
@@ -276,7 +281,7 @@ class Api:
             if method == "GET":
                 if target.watch or flag(request.query.get("watch")):
                     return await self.watch(request, target)
-                return self.list(request, target)
+                return self.list_collection(request, target)
             if method == "POST":
                 if target.kind is BINDINGS:
                     return await self.create_binding(request, target)
@@ -307,7 +312,7 @@ class Api:
                 include_object=request.query.get("includeObject", "Metadata")))
         return render(request, obj)
 
-    def list(self, request: web.Request, t: Target) -> web.Response:
+    def list_collection(self, request: web.Request, t: Target) -> web.Response:
         """LIST with selectors; `limit` is honoured by returning everything, never a continue token."""
         q = request.query
         if q.get("resourceVersionMatch") and not q.get("resourceVersion"):
@@ -315,7 +320,7 @@ class Api:
         if q.get("continue"):
             raise errors.gone("the continue token is not valid: this server never issues continue tokens")
         labels, fields = selectors(request, t.kind)
-        items, rv = self.registry.list(t.kind, namespace=t.namespace, labels=labels, fields=fields)
+        items, rv = self.registry.list_objects(t.kind, namespace=t.namespace, labels=labels, fields=fields)
         rv_text = str(rv)
         if q.get("resourceVersionMatch") == "Exact" and q.get("resourceVersion") != rv_text:
             raise errors.gone(f"too old resource version: {q.get('resourceVersion')} ({rv_text}); this server "

@@ -38,6 +38,7 @@ from services.codec import Encoding
 from services.kinds import PODS, STORED_KINDS, Kind, Obj, labels_of, namespace_of
 from services.selectors import FieldSelector, LabelSelector
 
+
 @dataclass(slots=True, eq=False)
 class Event:
     """One write as watchers see it, with its encodings cached."""
