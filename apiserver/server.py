@@ -18,6 +18,7 @@ import contextlib
 import hmac
 import random
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -29,11 +30,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from apiserver import errors
+from apiserver.history import WRITER, History
 from apiserver.registry import Registry
 from apiserver.serving import HUB, MAX_BODY, REGISTRY, Api, identity, render, render_status
 from apiserver.storage import Backend, LogBackend, MemoryBackend, Store
-from apiserver.watching import WatchHub, WatchSettings
+from apiserver.watching import Item, Watcher, WatchHub, WatchSettings
 from services.clock import ClusterClock
+from services.kinds import Kind, Obj, key_of
 
 OPEN_PATHS: Final = frozenset({"/healthz", "/livez", "/readyz"})
 log = structlog.get_logger("apiserver")
@@ -56,6 +59,10 @@ class ServerSettings:
     seed: int | None = None
     """Seed for uids and generated names; None for an OS-seeded RNG."""
     watch: WatchSettings = field(default_factory=WatchSettings)
+    history_capacity: int = 1_000_000
+    """Records kept in the history ring."""
+    history_deliveries: bool = True
+    """Record every watch delivery (the timeline of a race); off only for benchmarks."""
 
 
 @dataclass(slots=True)
@@ -84,7 +91,13 @@ class Metrics:
         )
 
 
+Handler = Callable[[], Awaitable[web.StreamResponse]]
+Interceptor = Callable[[web.Request, tuple[str, str], Handler], Awaitable[web.StreamResponse]]
+"""Wraps the handling of one API request: may delay it, fail it, or fail it after it ran."""
+
 CLOCK: Final = web.AppKey("clock", ClusterClock)
+HISTORY: Final = web.AppKey("history", History)
+INTERCEPTORS: Final = web.AppKey("interceptors", list[Interceptor])
 METRICS: Final = web.AppKey("metrics", Metrics)
 COMPONENTS: Final = web.AppKey("components", dict[str, dict[str, Any]])
 
@@ -116,6 +129,22 @@ def build_app(settings: ServerSettings) -> web.Application:
     metrics = Metrics.create()
     api = Api(registry=registry, hub=hub, server_address=f"{settings.host}:{settings.port}")
     token = settings.token
+    history = History(clock=clock, capacity=settings.history_capacity, deliveries=settings.history_deliveries)
+    interceptors: list[Interceptor] = []
+
+    def record_write(kind: Kind, event: str, obj: Obj, prev: Obj | None, rv: int) -> None:
+        component, instance = WRITER.get()
+        history.append("write", component=component, instance=instance, resource=kind.plural, event=event,
+                       key=key_of(obj), rv=rv)
+
+    def record_delivery(w: Watcher, item: Item) -> None:
+        type_, event, _ = item
+        history.append("delivery", component=w.identity[0], instance=w.identity[1], watch=w.id,
+                       resource=event.kind.plural, event=type_, key=key_of(event.obj), rv=event.rv)
+
+    store.subscribe(record_write)
+    if settings.history_deliveries:
+        hub.on_deliver = record_delivery
 
     @web.middleware
     async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
@@ -127,7 +156,12 @@ def build_app(settings: ServerSettings) -> web.Application:
                 sent = request.headers.get("Authorization", "")
                 if not (sent.startswith("Bearer ") and hmac.compare_digest(sent[7:].strip(), token)):
                     raise errors.StatusError(401, "Unauthorized", "Unauthorized")
-            resp: web.StreamResponse = await handler(request)
+            who = identity(request)
+            writer = WRITER.set(who)
+            try:
+                resp = await _chain(request, who, handler, interceptors)
+            finally:
+                WRITER.reset(writer)
         except errors.StatusError as exc:
             resp = render_status(request, exc)
         except web.HTTPException as exc:
@@ -144,9 +178,16 @@ def build_app(settings: ServerSettings) -> web.Application:
         except Exception as exc:
             log.exception("unhandled error", path=request.path, method=verb, client=identity(request))
             resp = render_status(request, errors.internal(type(exc).__name__))
-        resource = request.match_info.get("tail", request.path).split("/", 3)[0]
+        elapsed = loop.time() - started
+        tail = request.match_info.get("tail")
+        resource = tail.split("/", 3)[0] if tail else request.path
         metrics.requests.labels(verb, resource, str(resp.status)).inc()
-        metrics.latency.labels(verb).observe(loop.time() - started)
+        metrics.latency.labels(verb).observe(elapsed)
+        if tail is not None or request.path.startswith("/chaos"):
+            component, instance = identity(request)
+            history.append("request", component=component, instance=instance, verb=_verb(request),
+                           path=request.path, key=tail or "", rv=request.get("rv"), code=resp.status,
+                           latency=round(elapsed, 6))
         return resp
 
     app = web.Application(middlewares=[guard], client_max_size=MAX_BODY + 1024)
@@ -155,6 +196,8 @@ def build_app(settings: ServerSettings) -> web.Application:
     app[CLOCK] = clock
     app[METRICS] = metrics
     app[COMPONENTS] = {}
+    app[HISTORY] = history
+    app[INTERCEPTORS] = interceptors
     app.add_routes(api.routes())
 
     async def health(request: web.Request) -> web.Response:
@@ -184,7 +227,28 @@ def build_app(settings: ServerSettings) -> web.Application:
     async def list_components(request: web.Request) -> web.Response:
         return render(request, {"items": sorted(app[COMPONENTS].values(), key=lambda e: e["instance"])})
 
+    async def history_handler(request: web.Request) -> web.StreamResponse:
+        q = request.query
+        try:
+            since = int(q.get("since", "0"))
+            limit = int(q["limit"]) if q.get("limit") else None
+        except ValueError as exc:
+            raise errors.bad_request("since and limit must be integers") from exc
+        types = [t for t in q.get("type", "").split(",") if t] or None
+        if q.get("follow", "").lower() not in ("1", "true"):
+            records = history.since(since, types=types, limit=limit)
+            body = b"".join(orjson.dumps(r) + b"\n" for r in records)
+            return web.Response(body=body, headers={"Content-Type": "application/jsonl"})
+        resp = web.StreamResponse(headers={"Content-Type": "application/jsonl"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        with contextlib.suppress(ConnectionResetError):
+            async for rec in history.follow(since, types=types):
+                await resp.write(orjson.dumps(rec) + b"\n")
+        return resp
+
     app.add_routes([
+        web.get("/kubemesh/v1/history", history_handler),
         web.get("/healthz", health), web.get("/livez", health), web.get("/readyz", health),
         web.get("/metrics", metrics_handler), web.get("/clock", clock_handler),
         web.put("/kubemesh/v1/components/{instance}", put_component),
@@ -213,6 +277,33 @@ def build_app(settings: ServerSettings) -> web.Application:
     app.on_shutdown.append(on_shutdown)
     app.on_cleanup.append(on_cleanup)
     return app
+
+
+async def _chain(request: web.Request, who: tuple[str, str], handler: Any,
+                 interceptors: list[Interceptor]) -> web.StreamResponse:
+    """Run the handler through the interceptors (chaos), outermost first."""
+    async def call(i: int) -> web.StreamResponse:
+        if i == len(interceptors):
+            resp: web.StreamResponse = await handler(request)
+            return resp
+        return await interceptors[i](request, who, lambda: call(i + 1))
+    return await call(0)
+
+
+def _verb(request: web.Request) -> str:
+    """The Kubernetes verb of a request (list, watch, get, create, update, patch, delete...)."""
+    method = request.method
+    tail = request.match_info.get("tail", "")
+    parts = [p for p in tail.split("/") if p]
+    if parts and parts[0] == "namespaces" and len(parts) >= 3:
+        parts = parts[2:]
+    collection = len(parts) <= 1
+    if method == "GET":
+        if collection:
+            return "watch" if request.query.get("watch", "").lower() in ("1", "true") else "list"
+        return "get"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch",
+            "DELETE": "deletecollection" if collection else "delete"}.get(method, method.lower())
 
 
 async def serve(settings: ServerSettings, *, stop: asyncio.Event | None = None) -> None:

@@ -81,6 +81,10 @@ def response_encoding(request: web.Request) -> Encoding:
 def render(request: web.Request, body: Any, *, status: int = 200, warnings: list[str] | None = None) -> web.Response:
     """Encode a response body in the negotiated encoding."""
     enc = response_encoding(request)
+    if isinstance(body, dict):
+        md = body.get("metadata")
+        if isinstance(md, dict) and "resourceVersion" in md:
+            request["rv"] = md["resourceVersion"]
     resp = web.Response(body=codec.encode(body, enc), status=status, content_type=codec.content_type(enc))
     if warnings:
         for w in warnings[:20]:

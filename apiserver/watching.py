@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -108,6 +109,15 @@ class WatchSettings:
 Item = tuple[str, Event, bool]
 """A queued delivery: (event type as this watcher sees it, the event, carry previous state)."""
 
+Tap = Callable[["Watcher", Item], bool]
+"""Chaos's hook on a watcher: called with each item before it is queued; returning True
+means the tap took the item (held, delayed, dropped...) and will `inject` what it delivers."""
+
+Deliver = Callable[["Watcher", Item], None]
+"""Called for each item at the moment its frame is handed to the connection."""
+
+_ids = itertools.count(1)
+
 
 class Watcher:
     """One watch stream: its selection, its queue and its writer side."""
@@ -136,6 +146,10 @@ class Watcher:
         self._wake = asyncio.Event()
         self.node_key: str | None = None
         self.initial_end_rv: int | None = None
+        self.id = next(_ids)
+        self.taps: list[Tap] = []
+        self.on_deliver: Deliver | None = None
+        self.suppress_bookmarks = False
 
     # ------------------------------------------------------------------------------ selection
 
@@ -165,6 +179,15 @@ class Watcher:
             self._push((event.type, event, False))
 
     def _push(self, item: Item) -> None:
+        for tap in self.taps:
+            if tap(self, item):
+                return
+        self.inject(item)
+
+    def inject(self, item: Item) -> None:
+        """Queue an item past the taps (chaos releasing what it held)."""
+        if self.closed:
+            return
         if len(self.queue) >= self.settings.max_queue:
             # A watcher that cannot keep up is cut off, as the real watch cache does; the
             # client resumes from the last revision it received.
@@ -176,6 +199,13 @@ class Watcher:
     def add_initial(self, frame: bytes) -> None:
         """Queue a frame of the initial state (not counted against the queue bound)."""
         self.initial.append(frame)
+
+    def force_gone(self, message: str) -> None:
+        """End the stream with a 410 ERROR event, as a compacted watch cache does."""
+        status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                  "message": message, "reason": "Expired", "code": 410}
+        self.queue.clear()
+        self.close(message, final_frame=encode_event("ERROR", status, self.encoding))
 
     def close(self, reason: str, *, final_frame: bytes | None = None) -> None:
         """End the stream after what is already queued (final_frame: e.g. an ERROR)."""
@@ -193,6 +223,10 @@ class Watcher:
             obj = event.object_for(use_prev=use_prev)
             return encode_event(type_, tables.watch_event_table(self.kind, obj, now=self._now()), "json")
         return event.frame(type_, self.encoding, use_prev=use_prev)
+
+    def _idle(self) -> bool:
+        # Re-read after the wait: events may have arrived while we slept.
+        return not self.queue and not self.closed and not self.suppress_bookmarks
 
     def bookmark(self, *, initial_end: bool = False) -> bytes:
         """A BOOKMARK frame at the current revision."""
@@ -216,8 +250,12 @@ class Watcher:
                 continue
             if self.queue:
                 n = min(batch, len(self.queue))
-                frames = [self._frame(self.queue.popleft()) for _ in range(n)]
+                items = [self.queue.popleft() for _ in range(n)]
+                frames = [self._frame(item) for item in items]
                 self.delivered += n
+                if self.on_deliver is not None:
+                    for item in items:
+                        self.on_deliver(self, item)
                 yield b"".join(frames)
                 continue
             if self.closed:
@@ -225,12 +263,12 @@ class Watcher:
                     yield self.final_frame
                 return
             self._wake.clear()
-            if self.bookmarks:
+            if self.bookmarks and not self.suppress_bookmarks:
                 try:
                     async with asyncio.timeout(self.settings.bookmark_interval):
                         await self._wake.wait()
                 except TimeoutError:
-                    if not self.queue and not self.closed:
+                    if self._idle():
                         yield self.bookmark()
             else:
                 await self._wake.wait()
@@ -248,6 +286,9 @@ class WatchHub:
         self.floor: dict[Kind, int] = dict.fromkeys(STORED_KINDS, store.revision)
         self._general: dict[Kind, set[Watcher]] = {k: set() for k in STORED_KINDS}
         self._by_node: dict[str, set[Watcher]] = {}
+        self.on_watcher: list[Callable[[Watcher], None]] = []
+        """Called for every new watcher before it is offered anything live (chaos attaches taps)."""
+        self.on_deliver: Deliver | None = None
         store.subscribe(self.publish)
 
     @property
@@ -283,6 +324,9 @@ class WatchHub:
         w = Watcher(kind=kind, namespace=namespace, labels=labels, fields=fields, encoding=encoding,
                     table=table, bookmarks=bookmarks, identity=identity, settings=self.settings,
                     now=self._now, revision=lambda: self.store.revision)
+        w.on_deliver = self.on_deliver
+        for hook in self.on_watcher:
+            hook(w)
         rv_text = resource_version or ""
         if send_initial_events or rv_text in ("", "0"):
             # Initial state and registration happen with no await in between, so no write
@@ -336,10 +380,35 @@ class WatchHub:
         else:
             self._general[w.kind].discard(w)
 
+    def state_at(self, kind: Kind, rv: int) -> dict[str, Obj]:
+        """The objects of a kind as they were at revision `rv` (for stale reads).
+
+        Rebuilt by undoing the window's events after `rv`; raises ValueError when `rv` is
+        older than the window.
+        """
+        if rv < self.floor[kind]:
+            raise ValueError(f"revision {rv} is older than the window of {kind.resource} ({self.floor[kind]})")
+        state = {_key(o): o for o in self.store.items(kind)}
+        for event in reversed(self.windows[kind]):
+            if event.rv <= rv:
+                break
+            key = _key(event.obj)
+            if event.type == "ADDED":
+                state.pop(key, None)
+            elif event.prev is not None:
+                state[key] = event.prev
+        return state
+
     def close_all(self, reason: str) -> None:
         """Close every stream (server shutdown)."""
         for w in self.watchers:
             w.close(reason)
+
+
+def _key(obj: Obj) -> str:
+    md = obj.get("metadata") or {}
+    ns = md.get("namespace")
+    return f"{ns}/{md.get('name')}" if ns else str(md.get("name"))
 
 
 def _node(pod: Obj) -> str:
