@@ -164,6 +164,14 @@ def parse_target(group: str, version: str, tail: str) -> Target:
     return Target(kind=kind, namespace=namespace, name=name, sub=sub, watch=watch)
 
 
+def include_object(request: web.Request) -> str:
+    """The Table row object policy: None, Metadata (the default) or Object."""
+    value = request.query.get("includeObject", "Metadata")
+    if value not in tables.INCLUDE_OBJECT_POLICIES:
+        raise errors.bad_request(f"includeObject must be one of None, Metadata or Object, not {value!r}")
+    return value
+
+
 def selectors(request: web.Request, kind: Kind) -> tuple[LabelSelector | None, FieldSelector | None]:
     """Parse labelSelector and fieldSelector (400 on bad syntax or unsupported fields)."""
     q = request.query
@@ -313,7 +321,7 @@ class Api:
             return render(request, tables.to_table(
                 t.kind, [obj], now=self.registry.clock.now(),
                 resource_version=obj["metadata"]["resourceVersion"],
-                include_object=request.query.get("includeObject", "Metadata")))
+                include_object=include_object(request)))
         return render(request, obj)
 
     def list_collection(self, request: web.Request, t: Target) -> web.Response:
@@ -332,7 +340,7 @@ class Api:
         if tables.wants_table(request.headers.get("Accept")):
             return render(request, tables.to_table(t.kind, items, now=self.registry.clock.now(),
                                                    resource_version=rv_text,
-                                                   include_object=q.get("includeObject", "Metadata")))
+                                                   include_object=include_object(request)))
         return render(request, {"kind": f"{t.kind.kind}List", "apiVersion": t.kind.api_version,
                                 "metadata": {"resourceVersion": rv_text}, "items": items})
 

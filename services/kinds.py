@@ -237,8 +237,6 @@ def group_versions() -> dict[str, list[str]]:
         versions = out.setdefault(k.group, [])
         if k.version not in versions:
             versions.append(k.version)
-    out.setdefault("policy", ["v1"])
-    out.setdefault("autoscaling", ["v1"])
     return out
 
 

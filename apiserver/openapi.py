@@ -1,0 +1,173 @@
+"""OpenAPI stubs: `/openapi/v3`, `/openapi/v3/{api/v1 | apis/g/v}` and `/openapi/v2` (protobuf).
+
+What clients depend on: `kubectl create -f`, `apply -f` and `replace -f` validate by default
+and fail with "failed to download openapi" unless the server serves OpenAPI. kubectl
+1.29-1.33 read the v3 index and the group/version document, then fall back to v2; 1.27 and
+1.28 read only v2, as a protobuf gnostic `openapi_v2.Document`. In both, kubectl looks for
+the PATCH operation whose `x-kubernetes-group-version-kind` is the object's kind and which
+declares a `fieldValidation` query parameter; when it finds one it skips client-side schema
+validation and sends `?fieldValidation=Strict` to the server instead.
+
+So these documents hold exactly that: one path per kind that supports `patch` in
+`services.kinds.KINDS` (`.../{plural}/{name}`), whose PATCH operation has the GVK extension and
+the `fieldValidation` parameter. They carry no schemas on purpose: with no schema for a kind,
+`kubectl apply` takes its strategic-merge metadata from the types compiled into kubectl, which
+are complete; a partial schema here would make it compute wrong patches. `kubectl explain`
+therefore has nothing to explain.
+
+The v2 document must be served with `OPENAPI_V2_CONTENT_TYPE`, the form without `@`: Go's
+mime parser rejects the `@` form kubectl puts in its Accept header.
+
+Every document is built once and cached; callers must not mutate the returned values.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from typing import Final
+
+import orjson
+
+from apiserver.discovery import SERVER_VERSION, served_group_versions
+from services.kinds import KINDS, Kind, Obj
+
+OPENAPI_V2_CONTENT_TYPE: Final = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+"""Content-Type of `/openapi/v2` (kubectl asks for `...spec.v2@v1.0+protobuf`; answer with this)."""
+
+_GVK_EXTENSION: Final = "x-kubernetes-group-version-kind"
+
+
+def _patchable() -> list[Kind]:
+    return [k for k in KINDS if "patch" in k.verbs]
+
+
+def _gv_path(group: str, version: str) -> str:
+    """The index key of a group/version: `api/v1` or `apis/{group}/{version}`."""
+    return f"api/{version}" if not group else f"apis/{group}/{version}"
+
+
+def _item_path(kind: Kind) -> str:
+    ns = "/namespaces/{namespace}" if kind.namespaced else ""
+    return f"{kind.prefix}{ns}/{kind.plural}/{{name}}"
+
+
+def _operation_id(kind: Kind) -> str:
+    scope = "Namespaced" if kind.namespaced else ""
+    return f"patch{scope}{kind.kind}"
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenAPI v3
+
+
+@functools.cache
+def _v3_documents() -> dict[str, Obj]:
+    docs: dict[str, Obj] = {}
+    for group, versions in served_group_versions().items():
+        for version in versions:
+            paths: Obj = {}
+            for kind in _patchable():
+                if kind.group != group or kind.version != version:
+                    continue
+                paths[_item_path(kind)] = {
+                    "patch": {
+                        "operationId": _operation_id(kind),
+                        _GVK_EXTENSION: {"group": kind.group, "version": kind.version, "kind": kind.kind},
+                        "parameters": [
+                            {
+                                "name": "fieldValidation",
+                                "in": "query",
+                                "description": "How the server treats unknown or duplicate fields: "
+                                "Ignore, Warn or Strict.",
+                                "schema": {"type": "string"},
+                            }
+                        ],
+                        "responses": {"200": {"description": "OK"}},
+                    }
+                }
+            docs[_gv_path(group, version)] = {
+                "openapi": "3.0.0",
+                "info": {"title": "Kubernetes", "version": SERVER_VERSION},
+                "paths": paths,
+                "components": {"schemas": {}},
+            }
+    return docs
+
+
+@functools.cache
+def _v3_index() -> Obj:
+    paths: Obj = {}
+    for path, doc in _v3_documents().items():
+        digest = hashlib.sha512(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)).hexdigest().upper()
+        paths[path] = {"serverRelativeURL": f"/openapi/v3/{path}?hash={digest}"}
+    return {"paths": paths}
+
+
+def openapi_v3_index() -> Obj:
+    """`GET /openapi/v3`: `{"paths": {"api/v1": {"serverRelativeURL": "/openapi/v3/api/v1?hash=..."}}}`.
+
+    One entry per served group/version; the hash is the SHA-512 of the document, so clients
+    may cache documents by URL forever.
+    """
+    return _v3_index()
+
+
+def openapi_v3_document(path: str) -> Obj | None:
+    """`GET /openapi/v3/{path}` for `path` like `api/v1` or `apis/apps/v1`, or None if not served.
+
+    Surrounding slashes are ignored; the `hash` query parameter is the caller's to ignore.
+    """
+    return _v3_documents().get(path.strip("/"))
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenAPI v2 (gnostic protobuf, hand-encoded)
+#
+# Field numbers of OpenAPIv2.proto (github.com/google/gnostic-models):
+#   Document{swagger=1, info=2, paths=8}    Info{title=1, version=2}
+#   Paths{path=2: NamedPathItem{name=1, value=2: PathItem{patch=8}}}
+#   Operation{operation_id=5, parameters=8, vendor_extension=13}
+#   ParametersItem{parameter=1} -> Parameter{non_body_parameter=2}
+#     -> NonBodyParameter{query_parameter_sub_schema=3} -> QueryParameterSubSchema{in=2, name=4, type=6}
+#   NamedAny{name=1, value=2: Any{yaml=2}}
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes | str) -> bytes:
+    """A length-delimited field (wire type 2): a string or an embedded message."""
+    data = payload.encode() if isinstance(payload, str) else payload
+    return _varint((number << 3) | 2) + _varint(len(data)) + data
+
+
+def _v2_operation(kind: Kind) -> bytes:
+    query = _field(2, "query") + _field(4, "fieldValidation") + _field(6, "string")
+    parameter = _field(1, _field(2, _field(3, query)))
+    gvk_yaml = f'group: "{kind.group}"\nkind: {kind.kind}\nversion: {kind.version}\n'
+    extension = _field(1, _GVK_EXTENSION) + _field(2, _field(2, gvk_yaml))
+    return _field(5, _operation_id(kind)) + _field(8, parameter) + _field(13, extension)
+
+
+@functools.cache
+def _v2_protobuf() -> bytes:
+    paths = b"".join(
+        _field(2, _field(1, _item_path(kind)) + _field(2, _field(8, _v2_operation(kind)))) for kind in _patchable()
+    )
+    info = _field(1, "Kubernetes") + _field(2, SERVER_VERSION)
+    return _field(1, "2.0") + _field(2, info) + _field(8, paths)
+
+
+def openapi_v2_protobuf() -> bytes:
+    """`GET /openapi/v2`: the gnostic `openapi_v2.Document`, to serve as `OPENAPI_V2_CONTENT_TYPE`."""
+    return _v2_protobuf()
