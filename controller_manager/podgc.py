@@ -1,0 +1,174 @@
+"""PodGC: terminated pods over a threshold, orphans of deleted nodes, out-of-service nodes.
+
+Every `gc_check_period` (20 s) `gc_once` runs upstream's passes:
+
+* **gcTerminated**: when more than `--terminated-pod-gc-threshold` (12,500) pods are Failed or
+  Succeeded, the oldest surplus is deleted.
+* **gcTerminating** (KEP-2268, non-graceful node shutdown, off with `no-out-of-service-gc`):
+  pods being deleted on a node that is not Ready *and* tainted
+  `node.kubernetes.io/out-of-service` get phase Failed and are force-deleted (grace 0). This
+  is how an operator frees the pods stuck Terminating on a powered-off node (§2.3).
+* **gcOrphaned**: pods bound to a node missing from the cache are quarantined: only when the
+  node has been missing for `quarantine_time` (40 s) *and* a GET confirms it is gone (the
+  cache may lag) are they marked Failed (DisruptionTarget/DeletionByPodGC) and force-deleted.
+* **gcUnscheduledTerminating**: pods being deleted that were never scheduled are force-deleted.
+
+`plan` is the pure decision over the caches and the quarantine memory; `PodGC` does the writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from controller_manager.objects import (
+    TAINT_OUT_OF_SERVICE,
+    Api,
+    Store,
+    condition_status,
+    creation_time,
+    has_taint,
+    is_terminal,
+    is_terminating,
+    node_name_of,
+    now_str,
+)
+from controller_manager.settings import PodGCSettings
+from services.client import NotFoundError
+from services.clock import Clock
+from services.kinds import NODES, PODS, Obj, key_of, name_of, namespace_of
+
+_log = structlog.get_logger("controller_manager.podgc")
+
+
+@dataclass(slots=True)
+class Plan:
+    """What one PodGC pass will do."""
+
+    terminated: list[Obj] = field(default_factory=list)
+    out_of_service: list[Obj] = field(default_factory=list)
+    unscheduled_terminating: list[Obj] = field(default_factory=list)
+    nodes_to_check: list[str] = field(default_factory=list)
+    """Nodes missing for the whole quarantine: confirm with a GET, then delete their pods."""
+
+
+def plan(pods: list[Obj], nodes: Store, *, now: float, missing_since: dict[str, float],
+         settings: PodGCSettings, out_of_service_gc: bool) -> Plan:
+    """Decide one pass; updates `missing_since` (node name → first time seen missing)."""
+    p = Plan()
+    terminated = [pod for pod in pods if is_terminal(pod)]
+    threshold = settings.terminated_pod_gc_threshold
+    if threshold > 0 and len(terminated) > threshold:
+        terminated.sort(key=lambda pod: (creation_time(pod), key_of(pod)))
+        p.terminated = terminated[: len(terminated) - threshold]
+    missing_now: set[str] = set()
+    for pod in pods:
+        node_name = node_name_of(pod)
+        if not node_name:
+            if is_terminating(pod):
+                p.unscheduled_terminating.append(pod)
+            continue
+        node = nodes.get(node_name)
+        if node is None:
+            missing_now.add(node_name)
+            continue
+        if (out_of_service_gc and is_terminating(pod) and condition_status(node, "Ready") != "True"
+                and has_taint(node, TAINT_OUT_OF_SERVICE)):
+            p.out_of_service.append(pod)
+    for name in list(missing_since):
+        if name not in missing_now:
+            del missing_since[name]  # the node came back (or its pods went away)
+    for name in sorted(missing_now):
+        first = missing_since.setdefault(name, now)
+        if now - first >= settings.quarantine_time:
+            p.nodes_to_check.append(name)
+    return p
+
+
+class PodGC:
+    """Runs the passes and performs the writes."""
+
+    def __init__(self, *, api: Api, pods: Store, nodes: Store, clock: Clock, settings: PodGCSettings,
+                 out_of_service_gc: bool = True) -> None:
+        self.api = api
+        self.pods = pods
+        self.nodes = nodes
+        self.clock = clock
+        self.settings = settings
+        self.out_of_service_gc = out_of_service_gc
+        self.missing_since: dict[str, float] = {}
+        self.force_deleted: list[str] = []
+        self.force_delete_errors = 0
+
+    async def gc_once(self) -> Plan:
+        """One pass of every PodGC check."""
+        pods = self.pods.list()
+        p = plan(pods, self.nodes, now=self.clock.now(), missing_since=self.missing_since,
+                 settings=self.settings, out_of_service_gc=self.out_of_service_gc)
+        for pod in p.terminated:
+            await self._force_delete(pod, mark_failed=False)
+        for pod in p.out_of_service:
+            await self._force_delete(pod, mark_failed=True, reason="DeletionByPodGC",
+                                     message="PodGC: node is out of service")
+        for node_name in p.nodes_to_check:
+            try:
+                await self.api.get(NODES, node_name)
+            except NotFoundError:
+                pass
+            else:
+                self.missing_since.pop(node_name, None)  # the cache lagged: the node exists
+                continue
+            for pod in pods:
+                if node_name_of(pod) == node_name and not is_terminal(pod):
+                    await self._force_delete(pod, mark_failed=True, reason="DeletionByPodGC",
+                                             message="PodGC: node no longer exists")
+            self.missing_since.pop(node_name, None)
+        for pod in p.unscheduled_terminating:
+            await self._force_delete(pod, mark_failed=False)
+        return p
+
+    async def _force_delete(self, pod: Obj, *, mark_failed: bool, reason: str = "", message: str = "") -> None:
+        if mark_failed and (pod.get("status") or {}).get("phase") != "Failed":
+            body = copy.deepcopy(pod)
+            st = body.setdefault("status", {})
+            st["phase"] = "Failed"
+            conds: list[dict[str, Any]] = st.setdefault("conditions", [])
+            if not any(c.get("type") == "DisruptionTarget" for c in conds):
+                conds.append({"type": "DisruptionTarget", "status": "True", "reason": reason, "message": message,
+                              "lastTransitionTime": now_str(self.clock.now())})
+            try:
+                await self.api.update(PODS, body, subresource="status")
+            except NotFoundError:
+                return
+            except Exception as exc:
+                _log.warning("could not mark pod failed", pod=key_of(pod), error=repr(exc))
+        try:
+            await self.api.delete(PODS, name_of(pod), namespace=namespace_of(pod), grace_period_seconds=0)
+        except NotFoundError:
+            return
+        except Exception as exc:
+            self.force_delete_errors += 1
+            _log.warning("force delete failed", pod=key_of(pod), error=repr(exc))
+            return
+        self.force_deleted.append(key_of(pod))
+        _log.info("PodGC force-deleted pod", pod=key_of(pod), node=node_name_of(pod), reason=reason or "terminated")
+
+    async def run(self) -> None:
+        """Run every gc_check_period until cancelled."""
+        while True:
+            try:
+                await self.gc_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                _log.error("PodGC pass failed", error=repr(exc))
+            await self.clock.sleep(self.settings.gc_check_period)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Quarantined nodes and counters, for the debug endpoint."""
+        return {"quarantine": dict(sorted(self.missing_since.items())), "forceDeleted": len(self.force_deleted),
+                "forceDeleteErrors": self.force_delete_errors, "outOfServiceGC": self.out_of_service_gc}

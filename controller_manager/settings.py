@@ -1,0 +1,180 @@
+"""Settings of the emulated kube-controller-manager, with the upstream flags and defaults.
+
+Every duration is in cluster seconds (the apiserver's scalable clock), never wall seconds.
+`Profile` names a Kubernetes release; `settings_for_profile` returns the defaults that
+release shipped with (for example node-monitor-grace-period 40 s before 1.32, 50 s after) and
+the bug switches that describe its behaviour (1.7 evicts pods without taints and has no
+non-graceful node shutdown). Explicit flags always override the profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+Profile = Literal["1.7", "1.13", "1.15", "1.28", "current"]
+PROFILES: Final[tuple[Profile, ...]] = ("1.7", "1.13", "1.15", "1.28", "current")
+
+ALL_CONTROLLERS: Final[tuple[str, ...]] = (
+    "node-lifecycle", "taint-eviction", "replicaset", "deployment", "garbage-collector", "podgc",
+    "daemonset",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeLifecycleSettings:
+    """The node-lifecycle controller's flags (kube-controller-manager names in comments)."""
+
+    node_monitor_period: float = 5.0
+    """`--node-monitor-period`: how often node health is evaluated."""
+    node_monitor_grace_period: float = 50.0
+    """`--node-monitor-grace-period`: 40 s before 1.32 (PR #126287), 50 s since."""
+    node_startup_grace_period: float = 60.0
+    """`--node-startup-grace-period`: grace for a node that never posted Ready."""
+    pod_eviction_timeout: float = 300.0
+    """`--pod-eviction-timeout`: the legacy path's wait before deleting a dead node's pods."""
+    node_eviction_rate: float = 0.1
+    """`--node-eviction-rate`: nodes per second tainted (or evicted) in a healthy zone."""
+    secondary_node_eviction_rate: float = 0.01
+    """`--secondary-node-eviction-rate`: the rate in a partially disrupted large zone."""
+    large_cluster_size_threshold: int = 50
+    """`--large-cluster-size-threshold`: zones larger than this keep the secondary rate."""
+    unhealthy_zone_threshold: float = 0.55
+    """`--unhealthy-zone-threshold`: share of not-ready nodes (and more than 2) for PartialDisruption."""
+    eviction_pass_period: float = 0.1
+    """How often the zone queues are drained (upstream `nodeEvictionPeriod`, 100 ms)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodGCSettings:
+    """The pod garbage collector's constants."""
+
+    terminated_pod_gc_threshold: int = 12500
+    """`--terminated-pod-gc-threshold`: terminated pods kept before the oldest are deleted (0 = off)."""
+    gc_check_period: float = 20.0
+    """How often PodGC runs (upstream `gcCheckPeriod`)."""
+    quarantine_time: float = 40.0
+    """How long a node must be missing before its pods are deleted as orphans."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadSettings:
+    """ReplicaSet, Deployment and DaemonSet controller constants."""
+
+    burst_replicas: int = 500
+    """Most pods a ReplicaSet creates or deletes in one sync (upstream `BurstReplicas`)."""
+    expectations_ttl: float = 300.0
+    """After this long, unmet expectations are treated as satisfied (upstream `ExpectationsTimeout`)."""
+    replicaset_workers: int = 5
+    deployment_workers: int = 5
+    daemonset_workers: int = 2
+    gc_workers: int = 20
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerManagerSettings:
+    """Everything the controller-manager process is configured with."""
+
+    profile: Profile = "current"
+    controllers: tuple[str, ...] = ALL_CONTROLLERS
+    leader_elect: bool = False
+    node_lifecycle: NodeLifecycleSettings = field(default_factory=NodeLifecycleSettings)
+    podgc: PodGCSettings = field(default_factory=PodGCSettings)
+    workloads: WorkloadSettings = field(default_factory=WorkloadSettings)
+
+    def enabled(self, controller: str) -> bool:
+        """Whether `controller` runs in this process."""
+        return controller in self.controllers
+
+
+def profile_bugs(profile: Profile) -> frozenset[str]:
+    """The behaviour switches a release implies (before taint-based eviction, before KEP-2268)."""
+    if profile == "1.7":
+        return frozenset({"legacy-pod-eviction", "no-out-of-service-gc"})
+    if profile in ("1.13", "1.15"):
+        return frozenset({"no-out-of-service-gc"})
+    return frozenset()
+
+
+def node_lifecycle_for_profile(profile: Profile) -> NodeLifecycleSettings:
+    """The node-lifecycle defaults of a release: grace 40 s before 1.32, 50 s after."""
+    grace = 50.0 if profile == "current" else 40.0
+    return NodeLifecycleSettings(node_monitor_grace_period=grace)
+
+
+def settings_for_profile(profile: Profile) -> ControllerManagerSettings:
+    """The defaults of a release, before explicit flags are applied."""
+    return ControllerManagerSettings(profile=profile, node_lifecycle=node_lifecycle_for_profile(profile))
+
+
+def _duration(value: str) -> float:
+    """Parse `5`, `5s`, `40s`, `5m`, `1h`, `100ms` (Go duration subset) into seconds."""
+    v = value.strip()
+    units = (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0))
+    for suffix, scale in units:
+        if v.endswith(suffix) and not (suffix == "s" and v.endswith("ms")):
+            return float(v[: -len(suffix)]) * scale
+    return float(v)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the controller-manager's own flags (defaults None: the profile decides)."""
+    parser.add_argument("--profile", choices=PROFILES, default="current",
+                        help="Kubernetes release whose defaults and behaviour to emulate")
+    parser.add_argument("--controllers", default=",".join(ALL_CONTROLLERS),
+                        help="comma-separated controllers to run ('*' for all)")
+    parser.add_argument("--leader-elect", action="store_true", help="run only while holding the lease")
+    for flag in ("node-monitor-period", "node-monitor-grace-period", "node-startup-grace-period",
+                 "pod-eviction-timeout"):
+        parser.add_argument(f"--{flag}", type=_duration, default=None)
+    for flag in ("node-eviction-rate", "secondary-node-eviction-rate", "unhealthy-zone-threshold"):
+        parser.add_argument(f"--{flag}", type=float, default=None)
+    parser.add_argument("--large-cluster-size-threshold", type=int, default=None)
+    parser.add_argument("--terminated-pod-gc-threshold", type=int, default=None)
+
+
+def from_namespace(ns: argparse.Namespace) -> ControllerManagerSettings:
+    """Settings from parsed flags: the profile's defaults, then every explicit flag."""
+    base = settings_for_profile(ns.profile)
+    nl_overrides = {
+        name: getattr(ns, name)
+        for name in ("node_monitor_period", "node_monitor_grace_period", "node_startup_grace_period",
+                     "pod_eviction_timeout", "node_eviction_rate", "secondary_node_eviction_rate",
+                     "unhealthy_zone_threshold", "large_cluster_size_threshold")
+        if getattr(ns, name, None) is not None
+    }
+    podgc = base.podgc
+    if getattr(ns, "terminated_pod_gc_threshold", None) is not None:
+        podgc = dataclasses.replace(podgc, terminated_pod_gc_threshold=ns.terminated_pod_gc_threshold)
+    return dataclasses.replace(
+        base,
+        controllers=parse_controllers(ns.controllers),
+        leader_elect=bool(ns.leader_elect),
+        node_lifecycle=dataclasses.replace(base.node_lifecycle, **nl_overrides),
+        podgc=podgc,
+    )
+
+
+def parse_controllers(value: str | Sequence[str]) -> tuple[str, ...]:
+    """Parse `--controllers`: names, `*` for all, `-name` to disable one (as upstream)."""
+    names = [n.strip() for n in value.split(",")] if isinstance(value, str) else list(value)
+    names = [n for n in names if n]
+    chosen: list[str] = []
+    if not names or "*" in names:
+        chosen = list(ALL_CONTROLLERS)
+    for n in names:
+        if n == "*" or n.startswith("-"):
+            continue
+        if n not in ALL_CONTROLLERS:
+            raise ValueError(f"unknown controller {n!r}; known: {', '.join(ALL_CONTROLLERS)}")
+        if n not in chosen:
+            chosen.append(n)
+    for n in names:
+        if n.startswith("-"):
+            if n[1:] not in ALL_CONTROLLERS:
+                raise ValueError(f"unknown controller {n[1:]!r}")
+            chosen = [c for c in chosen if c != n[1:]]
+    return tuple(chosen)

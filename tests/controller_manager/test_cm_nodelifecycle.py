@@ -1,0 +1,327 @@
+"""Node health, taints, zones and the legacy eviction path, on a manual clock."""
+
+from __future__ import annotations
+
+from cm_fakes import FakeApi
+
+from controller_manager.eventing import EventRecorder
+from controller_manager.nodelifecycle import NodeLifecycleController, assess_node_health
+from controller_manager.objects import TAINT_NOT_READY, TAINT_UNREACHABLE, condition, condition_status, taints_of
+from controller_manager.settings import NodeLifecycleSettings
+from controller_manager.zones import ZoneState
+from services.clock import ManualClock, format_micro_time, format_time
+from services.kinds import DAEMONSETS, LEASES, NODES, PODS, Obj
+
+S = NodeLifecycleSettings()  # grace 50 s (current)
+
+
+def add_node(api: FakeApi, name: str, *, zone: str = "", ready: str = "True") -> Obj:
+    now = format_time(api.clock.now())
+    labels = {"topology.kubernetes.io/zone": zone} if zone else {}
+    api.add(LEASES, {"metadata": {"name": name, "namespace": "kube-node-lease"},
+                     "spec": {"holderIdentity": name, "renewTime": format_micro_time(api.clock.now())}})
+    return api.add(NODES, {"metadata": {"name": name, "labels": labels}, "spec": {},
+                           "status": {"conditions": [
+                               {"type": "Ready", "status": ready, "lastHeartbeatTime": now,
+                                "lastTransitionTime": now},
+                               {"type": "MemoryPressure", "status": "False", "lastHeartbeatTime": now,
+                                "lastTransitionTime": now}]}})
+
+
+def beat(api: FakeApi, name: str, *, lease_only: bool = False) -> None:
+    """What a healthy kubelet does: renew the lease (and post status)."""
+    now = api.clock.now()
+    api.objects["leases"][f"kube-node-lease/{name}"]["spec"]["renewTime"] = format_micro_time(now)
+    if not lease_only:
+        ready = condition(api.objects["nodes"][name], "Ready")
+        assert ready is not None
+        ready["lastHeartbeatTime"] = format_time(now)
+
+
+def add_pod(api: FakeApi, name: str, node: str, *, owner_kind: str | None = None) -> Obj:
+    refs = [{"apiVersion": "apps/v1", "kind": owner_kind, "name": "o", "uid": "o-uid", "controller": True}] \
+        if owner_kind else []
+    return api.add(PODS, {"metadata": {"name": name, "ownerReferences": refs},
+                          "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
+                          "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+
+
+def controller(api: FakeApi, *, legacy: bool = False, settings: NodeLifecycleSettings = S) -> NodeLifecycleController:
+    rec = EventRecorder(clock=api.clock, api=None)
+    return NodeLifecycleController(api=api, nodes=api.store(NODES), pods=api.store(PODS),
+                                   leases=api.store(LEASES), clock=api.clock, settings=settings,
+                                   recorder=rec.for_component("node-controller"), legacy=legacy)
+
+
+def ready_of(api: FakeApi, name: str) -> str | None:
+    return condition_status(api.objects["nodes"][name], "Ready")
+
+
+def noexec(api: FakeApi, name: str) -> set[str]:
+    return {t["key"] for t in taints_of(api.objects["nodes"][name]) if t["effect"] == "NoExecute"}
+
+
+def test_assess_unknown_only_strictly_after_grace() -> None:
+    clock = ManualClock()
+    api = FakeApi(clock)
+    node = add_node(api, "n1")
+    health, a = assess_node_health(node, None, None, now=clock.now(), settings=S)
+    assert a.assumed_now and a.status_update is None
+    _, a = assess_node_health(node, None, health, now=clock.now() + 50, settings=S)
+    assert a.status_update is None
+    _, a = assess_node_health(node, None, health, now=clock.now() + 50.5, settings=S)
+    assert a.status_update is not None
+    ready = condition(a.status_update, "Ready")
+    assert ready is not None and ready["status"] == "Unknown"
+    assert ready["reason"] == "NodeStatusUnknown"
+    assert ready["message"] == "Kubelet stopped posting node status."
+    assert condition_status(a.status_update, "MemoryPressure") == "Unknown"
+    assert condition_status(a.status_update, "DiskPressure") == "Unknown"  # never posted: added
+    assert a.observed_ready["status"] == "True"
+
+
+def test_node_without_ready_uses_startup_grace() -> None:
+    clock = ManualClock()
+    api = FakeApi(clock)
+    node = api.add(NODES, {"metadata": {"name": "n"}, "status": {}})
+    health, a = assess_node_health(node, None, None, now=clock.now(), settings=S)
+    assert a.grace_period == 60.0
+    _, a = assess_node_health(node, None, health, now=clock.now() + 61, settings=S)
+    assert a.status_update is not None
+    c = condition(a.status_update, "Ready")
+    assert c is not None and c["reason"] == "NodeStatusNeverUpdated"
+
+
+async def test_lease_renewal_alone_keeps_node_healthy() -> None:
+    clock = ManualClock()
+    api = FakeApi(clock)
+    add_node(api, "n1")
+    nlc = controller(api)
+    for _ in range(30):
+        await nlc.monitor_once()
+        await clock.advance(5)
+        beat(api, "n1", lease_only=True)
+    assert ready_of(api, "n1") == "True"
+
+
+async def test_power_off_unknown_then_tainted_then_healthy_again() -> None:
+    clock = ManualClock()
+    api = FakeApi(clock)
+    add_node(api, "n1")
+    add_node(api, "n2")
+    pod = add_pod(api, "p1", "n1")
+    nlc = controller(api)
+    await nlc.monitor_once()
+    t_off = clock.now()
+    # n1 powered off; n2 keeps beating
+    while clock.now() + 5 <= t_off + 50:
+        await clock.advance(5)
+        beat(api, "n2")
+        await nlc.monitor_once()
+        await nlc.eviction_pass()
+    assert ready_of(api, "n1") == "True"  # t_off+50 is not yet after the grace period
+    await clock.advance(5)
+    beat(api, "n2")
+    await nlc.monitor_once()
+    assert ready_of(api, "n1") == "Unknown"
+    # pods marked NotReady on the transition pass
+    assert condition_status(api.objects["pods"]["default/p1"], "Ready") == "False"
+    assert pod["metadata"]["uid"] == api.objects["pods"]["default/p1"]["metadata"]["uid"]
+    # NoSchedule taint by condition right away; NoExecute needs the next pass (observed Unknown)
+    assert {t["key"] for t in taints_of(api.objects["nodes"]["n1"]) if t["effect"] == "NoSchedule"} == {
+        TAINT_UNREACHABLE}
+    await nlc.eviction_pass()
+    assert noexec(api, "n1") == set()
+    await clock.advance(5)
+    beat(api, "n2")
+    await nlc.monitor_once()
+    await nlc.eviction_pass()
+    assert noexec(api, "n1") == {TAINT_UNREACHABLE}
+    assert noexec(api, "n2") == set()
+    # the node comes back
+    node = api.objects["nodes"]["n1"]
+    ready = condition(node, "Ready")
+    assert ready is not None
+    ready.update(status="True", reason="KubeletReady", lastHeartbeatTime=format_time(clock.now() + 1),
+                 lastTransitionTime=format_time(clock.now() + 1))
+    await clock.advance(5)
+    beat(api, "n1")
+    beat(api, "n2")
+    await nlc.monitor_once()
+    assert noexec(api, "n1") == set()
+    assert taints_of(api.objects["nodes"]["n1"]) == []
+
+
+async def test_ready_false_gets_not_ready_taint_and_swaps_from_unreachable() -> None:
+    clock = ManualClock()
+    api = FakeApi(clock)
+    add_node(api, "n1", ready="False")
+    add_node(api, "n2")
+    nlc = controller(api)
+    await nlc.monitor_once()
+    await nlc.eviction_pass()
+    assert noexec(api, "n1") == {TAINT_NOT_READY}
+    # status goes Unknown: the taint is swapped immediately, not through the queue
+    node = api.objects["nodes"]["n1"]
+    c = condition(node, "Ready")
+    assert c is not None
+    c["status"] = "Unknown"
+    await nlc.monitor_once()
+    assert noexec(api, "n1") == {TAINT_UNREACHABLE}
+
+
+async def test_taints_are_rate_limited_per_zone() -> None:
+    clock = ManualClock()
+    api = FakeApi(clock)
+    for i in range(10):
+        add_node(api, f"n{i}", ready="False" if i < 2 else "True")
+    nlc = controller(api)
+    await nlc.monitor_once()
+    assert await nlc.eviction_pass() == ["n0"]
+    assert await nlc.eviction_pass() == []
+    await clock.advance(10)
+    for i in range(2, 10):
+        beat(api, f"n{i}")
+    assert await nlc.eviction_pass() == ["n1"]
+
+
+async def test_restart_forgets_health_and_assumes_now() -> None:
+    clock = ManualClock()
+    api = FakeApi(clock)
+    add_node(api, "n1")
+    add_node(api, "n2")
+    await controller(api).monitor_once()
+    await clock.advance(45)  # n1 silent for 45 s, then the controller-manager restarts
+    beat(api, "n2")
+    nlc = controller(api)
+    await nlc.monitor_once()
+    await clock.advance(45)  # 90 s of silence in total, 45 s since the restart
+    beat(api, "n2")
+    await nlc.monitor_once()
+    assert ready_of(api, "n1") == "True"
+    await clock.advance(10)
+    beat(api, "n2")
+    await nlc.monitor_once()
+    assert ready_of(api, "n1") == "Unknown"
+
+
+async def test_legacy_eviction_only_after_probe_plus_eviction_timeout() -> None:
+    clock = ManualClock()
+    api = FakeApi(clock)
+    add_node(api, "n1")
+    add_node(api, "n2")
+    add_pod(api, "p1", "n1")
+    add_pod(api, "ds1", "n1", owner_kind="DaemonSet")
+    api.add(DAEMONSETS, {"metadata": {"name": "o", "uid": "o-uid"}, "spec": {}})
+    nlc = controller(api, legacy=True, settings=NodeLifecycleSettings(node_monitor_grace_period=40.0))
+    await nlc.monitor_once()
+    t_probe = clock.now()
+    # step in monitor periods up to just before probe + pod-eviction-timeout (300 s)
+    while clock.now() + 5 <= t_probe + 300:
+        await clock.advance(5)
+        beat(api, "n2")
+        await nlc.monitor_once()
+        await nlc.eviction_pass()
+        if clock.now() > t_probe + 40:
+            assert ready_of(api, "n1") == "Unknown"
+        assert "deletionTimestamp" not in api.objects["pods"]["default/p1"]["metadata"]
+    assert noexec(api, "n1") == set()  # the legacy path never taints NoExecute
+    await clock.advance(5)
+    beat(api, "n2")
+    await nlc.monitor_once()
+    await nlc.eviction_pass()
+    assert "deletionTimestamp" in api.objects["pods"]["default/p1"]["metadata"]
+    assert api.objects["pods"]["default/p1"]["status"]["reason"] == "NodeLost"
+    assert "deletionTimestamp" not in api.objects["pods"]["default/ds1"]["metadata"]  # DaemonSet pod kept
+    assert nlc.stats.nodes_evicted == ["n1"]
+
+
+async def zone_cluster(api: FakeApi, nlc: NodeLifecycleController, zones: dict[str, int]) -> list[str]:
+    names = []
+    for zone, n in zones.items():
+        for i in range(n):
+            add_node(api, f"{zone}-{i:02d}", zone=zone)
+            names.append(f"{zone}-{i:02d}")
+    await nlc.monitor_once()
+    return names
+
+
+async def run_for(api: FakeApi, nlc: NodeLifecycleController, alive: list[str], seconds: float,
+                  step: float = 5.0) -> None:
+    end = api.clock.now() + seconds
+    while api.clock.now() < end:
+        await api.clock.advance(step)
+        for n in alive:
+            beat(api, n)
+        await nlc.monitor_once()
+        await nlc.eviction_pass()
+
+
+def tainted(api: FakeApi, names: list[str]) -> list[str]:
+    return [n for n in names if noexec(api, n)]
+
+
+async def test_large_zone_partial_disruption_slows_to_secondary_rate() -> None:
+    clock = ManualClock()
+    api = FakeApi(clock)
+    nlc = controller(api)
+    names = await zone_cluster(api, nlc, {"a": 60})
+    dead, alive = names[:34], names[34:]  # 57 %
+    await run_for(api, nlc, alive, 60)
+    assert nlc.disruption.states[":\x00:a"] == ZoneState.PARTIAL_DISRUPTION
+    assert nlc.disruption.queues[":\x00:a"].qps == 0.01
+    before = len(tainted(api, dead))
+    await run_for(api, nlc, alive, 200)
+    after = len(tainted(api, dead))
+    assert 1 <= after - before <= 3  # ~0.01 nodes/s: two or so in 200 s, not twenty
+
+
+async def test_small_zone_partial_disruption_stops_evictions() -> None:
+    clock = ManualClock()
+    api = FakeApi(clock)
+    nlc = controller(api)
+    names = await zone_cluster(api, nlc, {"a": 20})
+    dead, alive = names[:12], names[12:]  # 60 %
+    await run_for(api, nlc, alive, 60)
+    assert nlc.disruption.queues[":\x00:a"].qps == 0.0
+    n = len(tainted(api, dead))
+    await run_for(api, nlc, alive, 300)
+    assert len(tainted(api, dead)) == n
+    assert n <= 1  # at most the one node tainted before the zone state flipped
+
+
+async def test_full_zone_evicts_at_normal_rate_other_zone_untouched() -> None:
+    clock = ManualClock()
+    api = FakeApi(clock)
+    nlc = controller(api)
+    names = await zone_cluster(api, nlc, {"a": 30, "b": 30})
+    a, b = names[:30], names[30:]
+    await run_for(api, nlc, b, 60)
+    assert nlc.disruption.states[":\x00:a"] == ZoneState.FULL_DISRUPTION
+    assert nlc.disruption.queues[":\x00:a"].qps == 0.1
+    n0 = len(tainted(api, a))
+    await run_for(api, nlc, b, 100)
+    assert 9 <= len(tainted(api, a)) - n0 <= 11  # 0.1 nodes/s
+    assert tainted(api, b) == []
+
+
+async def test_everything_down_enters_master_disruption_and_removes_taints() -> None:
+    clock = ManualClock()
+    api = FakeApi(clock)
+    nlc = controller(api)
+    names = await zone_cluster(api, nlc, {"a": 30, "b": 30})
+    a, b = names[:30], names[30:]
+    await run_for(api, nlc, b, 90)
+    assert len(tainted(api, a)) > 0
+    await run_for(api, nlc, [], 100)
+    assert nlc.disruption.master_disruption
+    assert tainted(api, names) == []
+    assert all(q.qps == 0.0 for q in nlc.disruption.queues.values())
+    # back: b returns; the mode ends and every grace clock restarts
+    for n in b:
+        c = condition(api.objects["nodes"][n], "Ready")
+        assert c is not None
+        c.update(status="True", lastTransitionTime=format_time(clock.now()))
+    await run_for(api, nlc, b, 5)
+    assert nlc.disruption.snapshot()["masterDisruption"] is False
+    assert nlc.disruption.queues[":\x00:a"].qps == 0.1

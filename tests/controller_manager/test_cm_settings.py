@@ -1,0 +1,55 @@
+"""Flags, profiles and their defaults."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from controller_manager.settings import (
+    ALL_CONTROLLERS,
+    add_arguments,
+    from_namespace,
+    parse_controllers,
+    profile_bugs,
+)
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def test_defaults_current_profile() -> None:
+    s = from_namespace(parse())
+    nl = s.node_lifecycle
+    assert (nl.node_monitor_period, nl.node_monitor_grace_period, nl.node_startup_grace_period) == (5, 50, 60)
+    assert (nl.pod_eviction_timeout, nl.node_eviction_rate, nl.secondary_node_eviction_rate) == (300, 0.1, 0.01)
+    assert (nl.large_cluster_size_threshold, nl.unhealthy_zone_threshold) == (50, 0.55)
+    assert s.controllers == ALL_CONTROLLERS and not s.leader_elect
+
+
+@pytest.mark.parametrize(("profile", "grace", "bugs"), [
+    ("1.7", 40, {"legacy-pod-eviction", "no-out-of-service-gc"}),
+    ("1.15", 40, {"no-out-of-service-gc"}),
+    ("1.28", 40, set()),
+    ("current", 50, set()),
+])
+def test_profiles(profile: str, grace: float, bugs: set[str]) -> None:
+    s = from_namespace(parse("--profile", profile))
+    assert s.node_lifecycle.node_monitor_grace_period == grace
+    assert profile_bugs(s.profile) == bugs
+
+
+def test_explicit_flags_override_profile() -> None:
+    s = from_namespace(parse("--profile", "1.7", "--node-monitor-grace-period", "1m", "--pod-eviction-timeout", "30s",
+                             "--controllers", "*,-podgc", "--leader-elect"))
+    assert s.node_lifecycle.node_monitor_grace_period == 60
+    assert s.node_lifecycle.pod_eviction_timeout == 30
+    assert "podgc" not in s.controllers and s.leader_elect
+
+
+def test_unknown_controller_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown controller"):
+        parse_controllers("node-lifecycle,bogus")
