@@ -20,6 +20,8 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
     p.add_argument("--data-dir", default=None, help="keep state in this directory (log + snapshots)")
     p.add_argument("--fsync", action="store_true", help="fsync every write")
     p.add_argument("--token-file", default=None, help="require this bearer token (file contents)")
+    p.add_argument("--tls-cert-file", default=None, help="serve HTTPS with this certificate (PEM)")
+    p.add_argument("--tls-private-key-file", default=None, help="the certificate's private key (PEM)")
     p.add_argument("--clock-rate", type=float, default=float(os.environ.get("KUBEMESH_CLOCK_RATE", "1")),
                    help="cluster seconds per wall second (default 1)")
     p.add_argument("--seed", type=int, default=None, help="seed for uids and generated names")
@@ -28,8 +30,11 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
     token = os.environ.get("KUBEMESH_TOKEN") or None
     if a.token_file:
         token = Path(a.token_file).read_text().strip() or None
+    if bool(a.tls_cert_file) != bool(a.tls_private_key_file):
+        p.error("--tls-cert-file and --tls-private-key-file go together")
     return ServerSettings(host=a.host, port=a.port, data_dir=a.data_dir, fsync=a.fsync, token=token,
-                          clock_rate=a.clock_rate, seed=a.seed)
+                          clock_rate=a.clock_rate, seed=a.seed, tls_cert=a.tls_cert_file,
+                          tls_key=a.tls_private_key_file)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,6 +35,7 @@ from apiserver.registry import Registry
 from apiserver.serving import HUB, MAX_BODY, REGISTRY, Api, identity, render, render_status
 from apiserver.storage import Backend, LogBackend, MemoryBackend, Store
 from apiserver.watching import Item, Watcher, WatchHub, WatchSettings
+from services.certs import server_context
 from services.clock import ClusterClock
 from services.kinds import Kind, Obj, key_of
 
@@ -54,6 +55,10 @@ class ServerSettings:
     """fsync every write (survives machine crashes, not only process kills)."""
     token: str | None = None
     """Bearer token required on everything but the health endpoints."""
+    tls_cert: str | None = None
+    """Serving certificate (PEM); with `tls_key`, the apiserver serves HTTPS, as kubectl needs
+    to send a token at all (client-go sends no credentials over plain http)."""
+    tls_key: str | None = None
     clock_rate: float = 1.0
     """Cluster seconds per wall second."""
     seed: int | None = None
@@ -311,10 +316,13 @@ async def serve(settings: ServerSettings, *, stop: asyncio.Event | None = None) 
     app = build_app(settings)
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, backlog=4096, reuse_address=True)
+    ssl_context = server_context(settings.tls_cert, settings.tls_key) \
+        if settings.tls_cert and settings.tls_key else None
+    site = web.TCPSite(runner, settings.host, settings.port, backlog=4096, reuse_address=True,
+                       ssl_context=ssl_context)
     await site.start()
     log.info("apiserver listening", host=settings.host, port=settings.port, data_dir=settings.data_dir,
-             clock_rate=settings.clock_rate, auth=settings.token is not None)
+             clock_rate=settings.clock_rate, auth=settings.token is not None, tls=ssl_context is not None)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

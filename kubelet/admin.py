@@ -1,0 +1,144 @@
+"""The kubelet's admin routes: node operations for chaos and for people, on the admin port.
+
+All bodies and answers are JSON. `{node}` is a node name hosted by this process (404
+otherwise). Every operation acts on that one node, is idempotent, and answers the node's
+state after it (`changed` says whether anything changed).
+
+| route                                   | body                                              |
+|-----------------------------------------|---------------------------------------------------|
+| `GET  /nodes`                           | list every hosted node's state                    |
+| `GET  /nodes/{node}`                    | one node, with its pods, containers and zombies   |
+| `POST /nodes/{node}/power-off`          | all loops stop; pods stay as they are in the API  |
+| `POST /nodes/{node}/power-on`           | boot again (a kubelet restart)                    |
+| `POST /nodes/{node}/lease/stop`         | stop only the Lease renewals                      |
+| `POST /nodes/{node}/lease/resume`       | renew again                                       |
+| `POST /nodes/{node}/status/stop`        | stop only the NodeStatus posts                    |
+| `POST /nodes/{node}/status/resume`      | post again                                        |
+| `POST /nodes/{node}/conditions`         | `{"type", "status", "reason"?, "message"?}` set   |
+| `DELETE /nodes/{node}/conditions/{type}`| clear an override                                 |
+| `POST /nodes/{node}/containers/fail`    | `{"namespace"?, "pod"?, "container"?, "exitCode"?,|
+|                                         | "reason"?}`: running containers exit (see below)  |
+| `POST /nodes/{node}/containers/slow`    | `{"startDelay"?: s, "stopDelay"?: s or null}`     |
+| `POST /nodes/{node}/zombie`             | `{"enabled": true or false}`                      |
+
+`containers/fail`: without `pod`, every pod of the node; `namespace` defaults to `default`;
+`exitCode` to 1 and `reason` to `Error`. `{"reason": "OOMKilled", "exitCode": 137}` is an OOM
+kill: the container is restarted in place by its restartPolicy, unlike an eviction.
+
+`containers/slow`: `startDelay` is added to every new container start (slow image pulls),
+`stopDelay` replaces the time containers take to exit after SIGTERM (beyond the grace period
+they are killed); cluster seconds, 0 and null clear them.
+
+`zombie`: while enabled, containers of pods that vanish from the API keep running (also
+through a power-off: the machine behaves as frozen or partitioned, not dead), which shows the
+at-most-one violation of a force delete; disabling kills them.
+
+Condition types: Ready, MemoryPressure (the node then evicts one pod per 10 s, BestEffort
+first), DiskPressure, PIDPressure (reported, and admission refuses new pods), or any other.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from kubelet.nodes import EmulatedNode
+from services.clock import Clock
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=lambda v: json.dumps(v, sort_keys=True))
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    try:
+        data = await request.json()
+    except ValueError as exc:
+        raise web.HTTPBadRequest(text=f"body is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise web.HTTPBadRequest(text="body must be a JSON object")
+    return data
+
+
+def routes(nodes: Mapping[str, EmulatedNode], *, clock: Clock) -> list[web.RouteDef]:
+    """The admin routes over the process's nodes."""
+
+    def node_of(request: web.Request) -> EmulatedNode:
+        node = nodes.get(request.match_info["node"])
+        if node is None:
+            raise web.HTTPNotFound(text=f"node {request.match_info['node']!r} is not hosted here")
+        return node
+
+    def op(action: Callable[[EmulatedNode, dict[str, Any]], Any]) -> Handler:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            node = node_of(request)
+            body = await _body(request)
+            try:
+                result = action(node, body)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise web.HTTPBadRequest(text=f"bad request: {exc}") from exc
+            out: dict[str, Any] = {"node": node.describe()}
+            if isinstance(result, bool):
+                out["changed"] = result
+            elif result is not None:
+                out["result"] = result
+            return _json(out)
+
+        return handler
+
+    async def list_nodes(request: web.Request) -> web.StreamResponse:
+        return _json({"nodes": [n.describe() for n in nodes.values()]})
+
+    async def get_node(request: web.Request) -> web.StreamResponse:
+        return _json(node_of(request).describe(pods=True))
+
+    def set_condition(node: EmulatedNode, body: dict[str, Any]) -> None:
+        ctype, status = str(body["type"]), str(body.get("status", "True"))
+        if status not in ("True", "False", "Unknown"):
+            raise ValueError("status must be True, False or Unknown")
+        node.set_condition(ctype, status, reason=body.get("reason"), message=body.get("message"))
+
+    async def clear_condition(request: web.Request) -> web.StreamResponse:
+        node = node_of(request)
+        changed = node.clear_condition(request.match_info["type"])
+        return _json({"node": node.describe(), "changed": changed})
+
+    def fail(node: EmulatedNode, body: dict[str, Any]) -> dict[str, list[str]]:
+        pods = None
+        if body.get("pod"):
+            pods = [f"{body.get('namespace') or 'default'}/{body['pod']}"]
+        return node.pods.fail_containers(now=clock.now(), pods=pods, container=body.get("container"),
+                                         exit_code=int(body.get("exitCode", 1)),
+                                         reason=str(body.get("reason", "Error")))
+
+    def slow(node: EmulatedNode, body: dict[str, Any]) -> None:
+        if "startDelay" in body:
+            node.pods.faults.start_delay = float(body["startDelay"] or 0.0)
+        if "stopDelay" in body:
+            node.pods.faults.stop_delay = None if body["stopDelay"] is None else float(body["stopDelay"])
+
+    def zombie(node: EmulatedNode, body: dict[str, Any]) -> dict[str, int]:
+        return {"killed": node.set_zombie(bool(body.get("enabled", True)))}
+
+    return [
+        web.get("/nodes", list_nodes),
+        web.get("/nodes/{node}", get_node),
+        web.post("/nodes/{node}/power-off", op(lambda n, b: n.power_off())),
+        web.post("/nodes/{node}/power-on", op(lambda n, b: n.power_on())),
+        web.post("/nodes/{node}/lease/stop", op(lambda n, b: n.stop_lease())),
+        web.post("/nodes/{node}/lease/resume", op(lambda n, b: n.resume_lease())),
+        web.post("/nodes/{node}/status/stop", op(lambda n, b: n.stop_status())),
+        web.post("/nodes/{node}/status/resume", op(lambda n, b: n.resume_status())),
+        web.post("/nodes/{node}/conditions", op(set_condition)),
+        web.delete("/nodes/{node}/conditions/{type}", clear_condition),
+        web.post("/nodes/{node}/containers/fail", op(fail)),
+        web.post("/nodes/{node}/containers/slow", op(slow)),
+        web.post("/nodes/{node}/zombie", op(zombie)),
+    ]

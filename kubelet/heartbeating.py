@@ -1,0 +1,337 @@
+"""Node heartbeats: the Lease renewal loop and the NodeStatus loop of one node.
+
+Each emulated node runs both loops on its own heartbeat client (`nodes.EmulatedNode` builds
+it: no client-side retries or throttling, a timeout equal to the status update frequency,
+one shared unlimited connector), so one node's stalled request never delays another node's.
+
+Lease loop (upstream's node lease controller):
+
+* every `renew interval` (0.25 of 40 s = 10 s), stretched by up to 4 % of jitter, measured from
+  the end of the previous sync (a sliding period);
+* a sync first tries to update the last Lease it wrote; if that fails it ensures the Lease
+  exists (GET, or create when missing) with exponential backoff (0.2 s doubling up to 7 s, for
+  as long as it takes) and then updates it;
+* one update is tried up to 5 times at once; a 409 Conflict re-reads the Lease (through the
+  backoff ensure) before the next try; after 5 failures the loop waits for the next period.
+
+NodeStatus loop (upstream's `syncNodeStatus`):
+
+* every `--node-status-update-frequency` (10 s, with the same jitter) the node computes its
+  status and patches it (strategic merge patch on `nodes/{name}/status`; conditions merge by
+  type), up to 5 attempts without pause;
+* an unchanged status is posted only when the report frequency has passed since the last
+  post (by default the report frequency equals the update frequency: a post every 10 s);
+  with `no-node-lease` the status post is the heartbeat, so it is posted every time;
+* the first post after registration carries the whole status (capacity, allocatable,
+  addresses, nodeInfo, daemonEndpoints); later ones carry the conditions.
+
+Cost: each loop is one task that sleeps on the cluster clock between syncs (one timer per
+loop); after the first sync (right after registration) each loop pauses a random part of one
+period (from the node's seeded rng), so that ten thousand nodes started together do not stay
+in step.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+import structlog
+
+from kubelet.settings import KubeletSettings
+from services.client import ApiError, ConflictError, NotFoundError, PatchType
+from services.clock import Clock, format_micro_time, format_time
+from services.kinds import LEASES, NODES, Kind, Obj
+
+log = structlog.get_logger("kubelet.heartbeating")
+
+LEASE_NAMESPACE: Final = "kube-node-lease"
+
+CONDITION_DEFAULTS: Final[dict[str, tuple[str, str, str]]] = {
+    # type: (healthy status, reason, message)
+    "MemoryPressure": ("False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+    "DiskPressure": ("False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    "PIDPressure": ("False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+    "Ready": ("True", "KubeletReady", "kubelet is posting ready status"),
+}
+"""The conditions a kubelet reports, in its order, with their healthy values."""
+
+
+class HeartbeatApi(Protocol):
+    """The part of `services.client.ApiClient` the heartbeat loops use."""
+
+    async def get(self, kind: Kind, name: str, *, namespace: str | None = None,
+                  subresource: str | None = None) -> Obj:
+        """GET one object."""
+        ...
+
+    async def create(self, kind: Kind, body: Obj, *, namespace: str | None = None) -> Obj:
+        """POST an object."""
+        ...
+
+    async def update(self, kind: Kind, body: Obj, *, subresource: str | None = None) -> Obj:
+        """PUT an object."""
+        ...
+
+    async def patch(self, kind: Kind, name: str, patch: Obj | list[Obj], *, namespace: str | None = None,
+                    patch_type: PatchType = "merge", subresource: str | None = None) -> Obj:
+        """PATCH an object."""
+        ...
+
+
+def backoff_schedule(*, initial: float, maximum: float) -> Iterator[float]:
+    """The pauses of the lease's ensure loop: `initial` doubled before each pause, capped."""
+    sleep = initial
+    while True:
+        sleep = min(2 * sleep, maximum)
+        yield sleep
+
+
+def jittered(interval: float, *, factor: float, rng: random.Random) -> float:
+    """`interval` stretched by up to `factor` (client-go's `wait.Jitter`)."""
+    return interval * (1.0 + factor * rng.random())
+
+
+# ---------------------------------------------------------------------------------------------
+# Conditions.
+
+
+@dataclass(slots=True)
+class NodeConditions:
+    """The node's conditions with overrides (chaos: set/clear a condition) and transition times.
+
+    `lastTransitionTime` moves only when a condition's status changes; `lastHeartbeatTime` is
+    the time of the post.
+    """
+
+    since: dict[str, float] = field(default_factory=dict)
+    current: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    overrides: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+
+    def set(self, ctype: str, status: str, *, reason: str | None = None, message: str | None = None) -> None:
+        """Override one condition until `clear`."""
+        reason = reason or {"MemoryPressure": "KubeletHasInsufficientMemory",
+                            "DiskPressure": "KubeletHasDiskPressure",
+                            "PIDPressure": "KubeletHasInsufficientPID",
+                            "Ready": "KubeletNotReady"}.get(ctype, "KubemeshChaos")
+        self.overrides[ctype] = (status, reason, message or f"set by kubemesh: {ctype}={status}")
+
+    def clear(self, ctype: str) -> bool:
+        """Drop an override; True if there was one."""
+        return self.overrides.pop(ctype, None) is not None
+
+    def statuses(self) -> dict[str, str]:
+        """`{type: status}` as they stand (overrides applied)."""
+        out = {t: v[0] for t, v in CONDITION_DEFAULTS.items()}
+        out.update({t: v[0] for t, v in self.overrides.items()})
+        return out
+
+    def observe(self, now: float) -> list[dict[str, Any]]:
+        """The conditions as of `now`, recording transitions."""
+        out: list[dict[str, Any]] = []
+        types = [*CONDITION_DEFAULTS, *(t for t in self.overrides if t not in CONDITION_DEFAULTS)]
+        for ctype in types:
+            value = self.overrides.get(ctype) or CONDITION_DEFAULTS[ctype]
+            if self.current.get(ctype, (None,))[0] != value[0]:
+                self.since[ctype] = now
+            self.current[ctype] = value
+            out.append({"type": ctype, "status": value[0], "reason": value[1], "message": value[2],
+                        "lastHeartbeatTime": format_time(now),
+                        "lastTransitionTime": format_time(self.since[ctype])})
+        return out
+
+    def fingerprint(self) -> tuple[tuple[str, str, str], ...]:
+        """What a status change is judged by (heartbeat times excluded)."""
+        return tuple(sorted((t, *v) for t, v in self.current.items()))  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------------------------------------
+# The Lease.
+
+
+class LeaseUpdateError(Exception):
+    """Every attempt of one renewal failed."""
+
+
+class LeaseRenewer:
+    """Keeps one node's Lease in `kube-node-lease` renewed (upstream's lease controller)."""
+
+    def __init__(self, *, api: HeartbeatApi, node: str, clock: Clock, rng: random.Random,
+                 settings: KubeletSettings, node_uid: Callable[[], str | None]) -> None:
+        self.api = api
+        self.node = node
+        self.clock = clock
+        self.rng = rng
+        self.settings = settings
+        self._node_uid = node_uid
+        self.latest: Obj | None = None
+        self.renewals = 0
+        self.failures = 0
+        self.last_renew: float | None = None
+        self._log = log.bind(node=node, loop="lease")
+
+    def new_lease(self, base: Obj | None) -> Obj:
+        """The Lease to write: `base` (or a fresh one) renewed now, owned by the Node."""
+        if base is None:
+            lease: Obj = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                          "metadata": {"name": self.node, "namespace": LEASE_NAMESPACE}, "spec": {}}
+        else:
+            lease = {**base, "metadata": dict(base.get("metadata") or {}),
+                     "spec": dict(base.get("spec") or {})}
+        spec = lease["spec"]
+        spec["holderIdentity"] = self.node
+        spec["leaseDurationSeconds"] = int(self.settings.node_lease_duration)
+        spec["renewTime"] = format_micro_time(self.clock.now())
+        md = lease["metadata"]
+        uid = self._node_uid()
+        if uid and not md.get("ownerReferences"):
+            md["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": uid}]
+        return lease
+
+    async def ensure(self) -> tuple[Obj, bool]:
+        """The current Lease, creating it when missing; True when this call created it."""
+        try:
+            return await self.api.get(LEASES, self.node, namespace=LEASE_NAMESPACE), False
+        except NotFoundError:
+            created = await self.api.create(LEASES, self.new_lease(None), namespace=LEASE_NAMESPACE)
+            return created, True
+
+    async def backoff_ensure(self) -> tuple[Obj, bool]:
+        """`ensure` until it succeeds, pausing 0.2 s doubling up to 7 s between attempts."""
+        pauses = backoff_schedule(initial=self.settings.lease_initial_backoff,
+                                  maximum=self.settings.lease_max_backoff)
+        while True:
+            try:
+                return await self.ensure()
+            except ApiError as exc:
+                pause = next(pauses)
+                self._log.warning("failed to ensure lease exists", error=str(exc), retry_in=pause)
+                await self.clock.sleep(pause)
+
+    async def retry_update(self, base: Obj) -> Obj:
+        """Renew: up to `lease_max_update_retries` immediate attempts; re-read on conflict."""
+        for attempt in range(self.settings.lease_max_update_retries):
+            try:
+                lease = await self.api.update(LEASES, self.new_lease(base))
+            except ConflictError:
+                self.failures += 1
+                base, _ = await self.backoff_ensure()
+                continue
+            except ApiError as exc:
+                self.failures += 1
+                self._log.debug("lease update failed", attempt=attempt + 1, error=str(exc))
+                continue
+            self._renewed(lease)
+            return lease
+        raise LeaseUpdateError(f"failed {self.settings.lease_max_update_retries} attempts to update lease")
+
+    def _renewed(self, lease: Obj) -> None:
+        self.latest = lease
+        self.renewals += 1
+        self.last_renew = self.clock.now()
+
+    async def sync(self) -> None:
+        """One renewal, as upstream's `sync`."""
+        if self.latest is not None:
+            try:
+                await self.retry_update(self.latest)
+                return
+            except LeaseUpdateError as exc:
+                self._log.info("failed to update lease using latest lease, falling back to ensure",
+                               error=str(exc))
+        lease, created = await self.backoff_ensure()
+        if created:
+            self._renewed(lease)
+            return
+        try:
+            await self.retry_update(lease)
+        except LeaseUpdateError as exc:
+            self._log.warning("failed to update lease", error=str(exc))
+
+    async def run(self) -> None:
+        """Renew forever: once now, then from a random phase of the period on."""
+        interval = self.settings.lease_renew_interval
+        await self.sync()
+        await self.clock.sleep(self.rng.random() * interval)
+        while True:
+            await self.sync()
+            await self.clock.sleep(jittered(interval, factor=self.settings.jitter_factor, rng=self.rng))
+
+
+# ---------------------------------------------------------------------------------------------
+# The NodeStatus.
+
+
+class StatusUpdateError(Exception):
+    """Every attempt of one status update failed."""
+
+
+class StatusReporter:
+    """Posts one node's status (upstream's `syncNodeStatus`)."""
+
+    def __init__(self, *, api: HeartbeatApi, node: str, clock: Clock, rng: random.Random,
+                 settings: KubeletSettings, conditions: NodeConditions,
+                 full_status: Callable[[], Obj]) -> None:
+        self.api = api
+        self.node = node
+        self.clock = clock
+        self.rng = rng
+        self.settings = settings
+        self.conditions = conditions
+        self._full_status = full_status
+        self.need_full = True
+        self.posts = 0
+        self.failures = 0
+        self.last_post: float | None = None
+        self._last_fingerprint: object = None
+        self._log = log.bind(node=node, loop="status")
+
+    def due(self, now: float) -> bool:
+        """Whether a post is due (changed, report period passed, or no lease)."""
+        if self.need_full or self.last_post is None or self.settings.no_node_lease:
+            return True
+        if self.conditions.fingerprint() != self._last_fingerprint:
+            return True
+        return now >= self.last_post + self.settings.status_report_interval - 1e-9
+
+    async def sync(self) -> bool:
+        """One update with up to `node_status_update_retry` attempts; True when posted."""
+        now = self.clock.now()
+        previous = self.conditions.fingerprint()
+        conditions = self.conditions.observe(now)
+        changed = self.conditions.fingerprint() != previous
+        if not changed and not self.due(now):
+            return False
+        status: Obj = {**self._full_status(), "conditions": conditions} if self.need_full \
+            else {"conditions": conditions}
+        last: Exception | None = None
+        for _ in range(self.settings.node_status_update_retry):
+            try:
+                await self.api.patch(NODES, self.node, {"status": status}, patch_type="strategic",
+                                     subresource="status")
+            except ApiError as exc:
+                self.failures += 1
+                last = exc
+                continue
+            self.posts += 1
+            self.last_post = now
+            self.need_full = False
+            self._last_fingerprint = self.conditions.fingerprint()
+            return True
+        raise StatusUpdateError(f"update node status exceeds retry count: {last}")
+
+    async def run(self) -> None:
+        """Post forever: once now, then from a random phase of the period on."""
+        interval = self.settings.node_status_update_frequency
+        first = True
+        while True:
+            try:
+                await self.sync()
+            except StatusUpdateError as exc:
+                self._log.warning("unable to update node status", error=str(exc))
+            pause = self.rng.random() * interval if first else \
+                jittered(interval, factor=self.settings.jitter_factor, rng=self.rng)
+            first = False
+            await self.clock.sleep(pause)

@@ -1,0 +1,129 @@
+"""The kubelet process: many emulated nodes over one connection pool.
+
+`KubeletHost` builds one `EmulatedNode` per node name of the settings, each with two API
+clients of its own (as a real kubelet has):
+
+* the **heartbeat client** (Lease and NodeStatus): no client-side retries (the loops retry as
+  upstream does), a timeout equal to the status update frequency (in wall time at the
+  cluster clock's rate, floored at `min_wall_timeout`), no throttling;
+* the **pod client** (pod watch, status writes, final deletes): the default retries.
+
+Every client identifies itself as component `kubelet` with the node's name as instance, so
+the apiserver's history and chaos rules can tell nodes apart. All clients share one
+`aiohttp.TCPConnector` without a connection limit: one node's stalled request never holds a
+pooled slot another node needs.
+
+Start-up: every node boots at once, but at most `register_concurrency` registrations are in
+flight, so ten thousand nodes register in waves; each node's loops then spread themselves over
+their period (see `heartbeating`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+
+import aiohttp
+import structlog
+
+from kubelet.heartbeating import LEASE_NAMESPACE
+from kubelet.nodes import EmulatedNode, NodeIdentity, PodSource
+from kubelet.settings import KubeletSettings
+from kubelet.watching import NodePodWatch, SharedPodWatch
+from services.client import AlreadyExistsError, ApiClient, ApiError, RetrySettings
+from services.clock import Clock
+from services.codec import Encoding
+from services.kinds import NAMESPACES
+
+log = structlog.get_logger("kubelet.hosting")
+
+
+@dataclass(kw_only=True)
+class KubeletHost:
+    """Every node of one kubelet process, and the resources they share."""
+
+    settings: KubeletSettings
+    base_url: str
+    instance: str
+    clock: Clock
+    rng: random.Random
+    admin_port: int
+    token: str | None = None
+    encoding: Encoding = "msgpack"
+    nodes: dict[str, EmulatedNode] = field(default_factory=dict)
+    shared: SharedPodWatch | None = None
+    _connector: aiohttp.TCPConnector | None = None
+    _clients: list[ApiClient] = field(default_factory=list)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def _client(self, *, instance: str, timeout: float | None = None,
+                retry: RetrySettings | None = None, rng: random.Random) -> ApiClient:
+        client = ApiClient(self.base_url, component="kubelet", instance=instance, token=self.token,
+                           encoding=self.encoding, timeout=timeout if timeout is not None else 30.0,
+                           retry=retry, connector=self._connector, rng=rng, clock=self.clock)
+        self._clients.append(client)
+        return client
+
+    def build(self) -> None:
+        """Create the connector, the clients and the nodes (nothing runs yet)."""
+        self._connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+        s = self.settings
+        hb_timeout = max(self.clock.to_wall(s.node_status_update_frequency), s.min_wall_timeout)
+        if s.pod_watch == "shared":
+            self.shared = SharedPodWatch(client=self._client(instance=self.instance, rng=self.rng),
+                                         clock=self.clock, rng=random.Random(self.rng.getrandbits(64)))
+        gate = asyncio.Semaphore(max(1, s.register_concurrency))
+        first = s.node_offset + 1
+        for index in range(first, first + s.nodes):
+            name = s.node_name(index)
+            node_rng = random.Random(self.rng.getrandbits(64))
+            heartbeat = self._client(instance=name, timeout=hb_timeout, retry=RetrySettings(max_attempts=1),
+                                     rng=node_rng)
+            pods = self._client(instance=name, rng=node_rng)
+            source: PodSource = self.shared.for_node(name) if self.shared is not None else \
+                NodePodWatch(client=pods, node=name, clock=self.clock, rng=node_rng)
+            self.nodes[name] = EmulatedNode(
+                identity=NodeIdentity(name=name, index=index, instance=self.instance,
+                                      admin_port=self.admin_port),
+                settings=s, clock=self.clock, rng=node_rng, heartbeat_api=heartbeat, pod_api=pods,
+                pods=source, register_gate=gate)
+
+    async def ensure_lease_namespace(self) -> None:
+        """Create `kube-node-lease` if the apiserver has not (ignored when it exists)."""
+        if self.settings.no_node_lease or not self._clients:
+            return
+        try:
+            await self._clients[0].create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                                       "metadata": {"name": LEASE_NAMESPACE}})
+        except AlreadyExistsError:
+            pass
+        except ApiError as exc:
+            log.warning("could not create the node lease namespace", error=str(exc))
+
+    async def start(self) -> None:
+        """Power every node on (registrations proceed in the background)."""
+        if not self.nodes and self._connector is None:
+            self.build()
+        await self.ensure_lease_namespace()
+        if self.shared is not None:
+            self._tasks.append(asyncio.get_running_loop().create_task(self.shared.run(), name="pods@kubelet"))
+        for node in self.nodes.values():
+            node.power_on()
+
+    async def stop(self) -> None:
+        """Stop every node and close the clients and the connector."""
+        for node in self.nodes.values():
+            node.power_off()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*(n.wait_stopped() for n in self.nodes.values()), *self._tasks,
+                             return_exceptions=True)
+        for client in self._clients:
+            await client.close()
+        if self._connector is not None:
+            await self._connector.close()
+
+    def ready_count(self) -> int:
+        """How many nodes have registered."""
+        return sum(1 for n in self.nodes.values() if n.registered)

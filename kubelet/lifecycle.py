@@ -1,0 +1,442 @@
+"""One pod's life on one node: the emulated containers and the status the kubelet reports.
+
+`PodMachine` is pure: it holds the node-local truth about a pod's containers (what a container
+runtime would know) and moves it forward in cluster time when told `advance(now)`. It never
+talks to the API; the pod worker (`podworking`) feeds it the pod as the informer sees it and
+writes back the status it builds. All times are cluster seconds passed in by the caller, so
+the machine runs the same on a `ManualClock` and on the cluster clock.
+
+Life of a pod (upstream's phases):
+
+    admitted ──start delay──▶ containers running (Pending → Running, pod IP assigned)
+       │                       │ container exits: restartPolicy Always / OnFailure(≠0) → restart
+       │                       │   (first restart at once, then CrashLoopBackOff 10 s doubling to 300 s)
+       │                       │ otherwise stays terminated; all terminated → Succeeded / Failed
+       │                       ▼
+       └─ deletionTimestamp ─▶ SIGTERM to every container; each exits after its stop delay or is
+                               killed at the grace period (137) → terminal phase → final DELETE
+
+Guarantees:
+
+* Every container status carries the fields the Python clients require (name, ready,
+  restartCount, image, imageID) plus `started`, `containerID`, `state`, `lastState`; every
+  condition carries type and status; times are metav1.Time strings.
+* A condition's `lastTransitionTime` changes only when its status changes.
+* Once terminal (Succeeded/Failed), a pod never leaves that phase and no container restarts.
+* While the pod is terminating nothing restarts, and `wants_delete` becomes true only when
+  every container has terminated: the final DELETE never precedes the containers' exit.
+
+Annotations a test or scenario may put on a pod:
+
+* `kubemesh.io/start-delay`: seconds in ContainerCreating (overrides the node's setting);
+* `kubemesh.io/run-seconds`: each container exits after running this long ...
+* `kubemesh.io/exit-code`: ... with this exit code (default 0);
+* `kubemesh.io/stop-seconds`: seconds a container takes to exit after SIGTERM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from kubelet.resources import Rejection, qos_class
+from services.clock import format_time
+from services.kinds import Obj
+
+START_DELAY: Final = "kubemesh.io/start-delay"
+RUN_SECONDS: Final = "kubemesh.io/run-seconds"
+EXIT_CODE: Final = "kubemesh.io/exit-code"
+STOP_SECONDS: Final = "kubemesh.io/stop-seconds"
+
+State = Literal["waiting", "running", "terminated"]
+
+
+def image_id(image: str) -> str:
+    """A stable, digest-pinned image reference for `image`."""
+    digest = hashlib.sha256(image.encode()).hexdigest()
+    repo = image.split("@", 1)[0].rsplit(":", 1)[0] if "/" in image or ":" in image else image
+    if "/" not in repo:
+        repo = f"docker.io/library/{repo}"
+    elif repo.count("/") == 1 and "." not in repo.split("/", 1)[0]:
+        repo = f"docker.io/{repo}"
+    return f"{repo}@sha256:{digest}"
+
+
+def _float_annotation(pod: Obj, name: str) -> float | None:
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(name)
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(slots=True, kw_only=True)
+class Container:
+    """What the runtime knows about one container."""
+
+    name: str
+    image: str
+    state: State = "waiting"
+    reason: str | None = "ContainerCreating"
+    message: str | None = None
+    container_id: str = ""
+    start_at: float | None = None
+    """Waiting: when the container starts."""
+    started_at: float | None = None
+    exit_at: float | None = None
+    """Running: when it exits by itself (run-seconds)."""
+    stop_at: float | None = None
+    """Stopping (SIGTERM sent): when it exits; `stop_code` is then its exit code."""
+    stop_code: int = 0
+    finished_at: float | None = None
+    exit_code: int | None = None
+    restart_count: int = 0
+    last_terminated: dict[str, Any] | None = None
+
+    def terminated_record(self) -> dict[str, Any]:
+        """`state.terminated` as the API shows it."""
+        rec: dict[str, Any] = {
+            "exitCode": self.exit_code if self.exit_code is not None else 0,
+            "reason": self.reason or ("Completed" if not self.exit_code else "Error"),
+            "containerID": self.container_id or None,
+        }
+        if self.started_at is not None:
+            rec["startedAt"] = format_time(self.started_at)
+        if self.finished_at is not None:
+            rec["finishedAt"] = format_time(self.finished_at)
+        if self.message:
+            rec["message"] = self.message
+        return {k: v for k, v in rec.items() if v is not None}
+
+
+@dataclass(slots=True, kw_only=True)
+class PodMachine:
+    """The node-local state of one pod (one uid) and the status derived from it."""
+
+    key: str
+    uid: str
+    restart_policy: str
+    containers: list[Container]
+    init_containers: list[str]
+    init_images: list[str]
+    host_ip: str
+    qos: str
+    rng: random.Random
+    start_delay: float
+    stop_delay: float
+    crash_loop_base: float = 10.0
+    crash_loop_max: float = 300.0
+    run_seconds: float | None = None
+    exit_code: int = 0
+    admitted_at: float | None = None
+    pod_ip: str | None = None
+    phase: str = "Pending"
+    reason: str | None = None
+    message: str | None = None
+    terminal: bool = False
+    terminating: bool = False
+    orphaned: bool = False
+    """The pod is gone from the API but its containers run on (zombie mode)."""
+    transitions: dict[str, tuple[str, float]] = field(default_factory=dict)
+    extra_conditions: list[dict[str, Any]] = field(default_factory=list)
+
+    # -- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def for_pod(cls, pod: Obj, *, host_ip: str, rng: random.Random, start_delay: float,
+                stop_delay: float, crash_loop_base: float = 10.0,
+                crash_loop_max: float = 300.0, rebooted: bool = False) -> PodMachine:
+        """A machine for `pod`.
+
+        With `rebooted`, restart counts continue from its API status (the node came back from
+        a power-off: every container it ran was lost).
+        """
+        spec = pod.get("spec") or {}
+        md = pod.get("metadata") or {}
+        previous = {s.get("name"): s for s in (pod.get("status") or {}).get("containerStatuses") or []}
+        containers = []
+        for c in spec.get("containers") or []:
+            cont = Container(name=str(c.get("name", "")), image=str(c.get("image", "")))
+            prev = previous.get(cont.name) if rebooted else None
+            if prev is not None:
+                cont.restart_count = int(prev.get("restartCount") or 0)
+                if "running" in (prev.get("state") or {}) or "terminated" in (prev.get("state") or {}):
+                    cont.restart_count += 1
+                    cont.last_terminated = {"exitCode": 255, "reason": "Unknown",
+                                            "message": "the node was powered off"}
+            containers.append(cont)
+        run_seconds = _float_annotation(pod, RUN_SECONDS)
+        code = _float_annotation(pod, EXIT_CODE)
+        pod_start = _float_annotation(pod, START_DELAY)
+        pod_stop = _float_annotation(pod, STOP_SECONDS)
+        return cls(
+            key=f"{md.get('namespace', '')}/{md.get('name', '')}",
+            uid=str(md.get("uid") or ""),
+            restart_policy=str(spec.get("restartPolicy") or "Always"),
+            containers=containers,
+            init_containers=[str(c.get("name", "")) for c in spec.get("initContainers") or []],
+            init_images=[str(c.get("image", "")) for c in spec.get("initContainers") or []],
+            host_ip=host_ip, qos=qos_class(pod), rng=rng,
+            start_delay=start_delay if pod_start is None else pod_start,
+            stop_delay=stop_delay if pod_stop is None else pod_stop,
+            crash_loop_base=crash_loop_base, crash_loop_max=crash_loop_max,
+            run_seconds=run_seconds, exit_code=int(code) if code is not None else 0,
+        )
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def start(self, *, now: float, pod_ip: str, extra_delay: float = 0.0) -> None:
+        """Admit the pod: create the sandbox and schedule the containers' start."""
+        self.admitted_at = now
+        self.pod_ip = pod_ip
+        for c in self.containers:
+            c.state, c.reason = "waiting", "ContainerCreating"
+            c.start_at = now + self.start_delay + extra_delay
+        self._set("PodScheduled", "True", now)
+        self._set("PodReadyToStartContainers", "False", now)
+        self._set("Initialized", "False" if self.init_containers else "True", now)
+        self._set("ContainersReady", "False", now)
+        self._set("Ready", "False", now)
+
+    def reject(self, rejection: Rejection, *, now: float) -> None:
+        """Admission refused the pod: it is Failed and never runs here."""
+        self.terminal, self.phase = True, "Failed"
+        self.reason, self.message = rejection.reason, rejection.message
+        self.containers = []
+        self.admitted_at = None
+
+    def terminate(self, *, now: float, grace: float) -> None:
+        """Start terminating (deletionTimestamp seen): send SIGTERM; kill at the grace period. Idempotent."""
+        if self.terminating:
+            return
+        self.terminating = True
+        for c in self.containers:
+            if c.state == "running":
+                c.exit_at = None
+                if self.stop_delay <= grace:
+                    c.stop_at, c.stop_code = now + self.stop_delay, 0
+                else:
+                    c.stop_at, c.stop_code = now + max(0.0, grace), 137
+            elif c.state == "waiting":
+                self._finish(c, now=now, code=137, reason="ContainerStatusUnknown",
+                             message="The container could not be located when the pod was terminated")
+        self.advance(now)
+
+    def evict(self, *, now: float, message: str) -> None:
+        """The eviction manager kills the pod: Failed/Evicted, containers killed at once."""
+        for c in self.containers:
+            if c.state != "terminated":
+                self._finish(c, now=now, code=137, reason="Error")
+        self.terminal, self.phase, self.reason, self.message = True, "Failed", "Evicted", message
+        self.extra_conditions = [{"type": "DisruptionTarget", "status": "True",
+                                  "reason": "TerminationByKubelet", "message": message,
+                                  "lastTransitionTime": format_time(now)}]
+        self._refresh_conditions(now)
+
+    def fail_container(self, *, now: float, name: str | None = None, exit_code: int = 1,
+                       reason: str = "Error") -> list[str]:
+        """Make running containers exit now; the names of those that exited.
+
+        Chaos: `OOMKilled` with 137 is an OOM kill.
+        """
+        hit = []
+        for c in self.containers:
+            if c.state == "running" and (name is None or c.name == name):
+                self._exit(c, now=now, code=exit_code, reason=reason)
+                hit.append(c.name)
+        self.advance(now)
+        return hit
+
+    def kill_all(self, *, now: float) -> None:
+        """The pod is gone from the API: stop every container at once (no status to report)."""
+        for c in self.containers:
+            if c.state != "terminated":
+                self._finish(c, now=now, code=137, reason="Error")
+
+    # -- time -----------------------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """The earliest time at which `advance` has something to do."""
+        times = []
+        for c in self.containers:
+            if c.state == "waiting" and c.start_at is not None:
+                times.append(c.start_at)
+            elif c.state == "running":
+                if c.stop_at is not None:
+                    times.append(c.stop_at)
+                elif c.exit_at is not None:
+                    times.append(c.exit_at)
+        return min(times) if times else None
+
+    def advance(self, now: float) -> None:
+        """Apply every transition due at or before `now`, in time order."""
+        while True:
+            due = self.next_deadline()
+            if due is None or due > now:
+                break
+            for c in self.containers:
+                if c.state == "waiting" and c.start_at is not None and c.start_at <= due:
+                    self._run(c, at=c.start_at)
+                elif c.state == "running" and c.stop_at is not None and c.stop_at <= due:
+                    self._finish(c, now=c.stop_at, code=c.stop_code,
+                                 reason="Completed" if c.stop_code == 0 else "Error")
+                elif (c.state == "running" and c.stop_at is None and c.exit_at is not None
+                      and c.exit_at <= due):
+                    self._exit(c, now=c.exit_at, code=self.exit_code,
+                               reason="Completed" if self.exit_code == 0 else "Error")
+        self._update_phase()
+        self._refresh_conditions(now)
+
+    @property
+    def wants_delete(self) -> bool:
+        """Terminating and every container has exited: the final DELETE may be sent."""
+        return self.terminating and all(c.state == "terminated" for c in self.containers)
+
+    @property
+    def running_containers(self) -> list[str]:
+        """Names of containers that are running now."""
+        return [c.name for c in self.containers if c.state == "running"]
+
+    # -- transitions ----------------------------------------------------------------------
+
+    def _run(self, c: Container, *, at: float) -> None:
+        c.state, c.reason, c.message = "running", None, None
+        c.started_at, c.start_at, c.exit_code, c.finished_at = at, None, None, None
+        c.container_id = f"containerd://{self.rng.getrandbits(256):064x}"
+        c.exit_at = at + self.run_seconds if self.run_seconds is not None else None
+
+    def _finish(self, c: Container, *, now: float, code: int, reason: str,
+                message: str | None = None) -> None:
+        c.state, c.exit_code, c.reason, c.message = "terminated", code, reason, message
+        c.finished_at, c.start_at, c.exit_at, c.stop_at = now, None, None, None
+
+    def _exit(self, c: Container, *, now: float, code: int, reason: str) -> None:
+        """A container exited by itself: restart it or leave it terminated by restartPolicy."""
+        self._finish(c, now=now, code=code, reason=reason)
+        restart = not self.terminating and not self.terminal and (
+            self.restart_policy == "Always" or (self.restart_policy == "OnFailure" and code != 0))
+        if not restart:
+            return
+        c.last_terminated = c.terminated_record()
+        c.restart_count += 1
+        delay = self.restart_delay(c.restart_count)
+        c.state, c.start_at = "waiting", now + delay
+        if delay > 0:
+            c.reason = "CrashLoopBackOff"
+            c.message = f"back-off {int(delay)}s restarting failed container={c.name}"
+        else:
+            c.reason, c.message = "ContainerCreating", None
+        c.started_at, c.finished_at, c.exit_code = None, None, None
+
+    def restart_delay(self, restart_count: int) -> float:
+        """Pause before restart number `restart_count`.
+
+        None for the first, then CrashLoopBackOff doubling from the base to the cap.
+        """
+        if restart_count <= 1:
+            return 0.0
+        return float(min(self.crash_loop_base * 2 ** (restart_count - 2), self.crash_loop_max))
+
+    def _update_phase(self) -> None:
+        if self.terminal and not self.terminating:
+            return
+        if not self.containers:
+            return
+        if all(c.state == "terminated" for c in self.containers):
+            failed = any(c.exit_code for c in self.containers)
+            self.phase = "Failed" if failed else "Succeeded"
+            self.terminal = True
+            return
+        if self.terminal:
+            return
+        never_started = any(c.state == "waiting" and c.restart_count == 0 and c.last_terminated is None
+                            for c in self.containers)
+        self.phase = "Pending" if never_started else "Running"
+
+    def _set(self, ctype: str, status: str, now: float) -> None:
+        old = self.transitions.get(ctype)
+        if old is None or old[0] != status:
+            self.transitions[ctype] = (status, now)
+
+    def _refresh_conditions(self, now: float) -> None:
+        if self.admitted_at is None:
+            return
+        sandbox = any(c.started_at is not None or c.restart_count or c.last_terminated
+                      for c in self.containers) and not self.terminal
+        self._set("PodReadyToStartContainers", "True" if sandbox else "False", now)
+        if self.init_containers and sandbox:
+            self._set("Initialized", "True", now)
+        ready = bool(self.containers) and all(c.state == "running" for c in self.containers) \
+            and not self.terminal
+        self._set("ContainersReady", "True" if ready else "False", now)
+        self._set("Ready", "True" if ready else "False", now)
+
+    # -- output ---------------------------------------------------------------------------
+
+    def conditions(self) -> list[dict[str, Any]]:
+        """The pod conditions this kubelet owns, in upstream's order."""
+        out: list[dict[str, Any]] = list(self.extra_conditions)
+        unready = [c.name for c in self.containers if c.state != "running"]
+        for ctype in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"):
+            if ctype not in self.transitions:
+                continue
+            status, since = self.transitions[ctype]
+            cond: dict[str, Any] = {"type": ctype, "status": status, "lastProbeTime": None,
+                                    "lastTransitionTime": format_time(since)}
+            if status == "False" and ctype in ("Ready", "ContainersReady"):
+                cond["reason"] = "PodCompleted" if self.terminal else "ContainersNotReady"
+                if not self.terminal:
+                    cond["message"] = f"containers with unready status: [{' '.join(unready)}]"
+            elif status == "False" and ctype == "Initialized":
+                cond["reason"] = "ContainersNotInitialized"
+            out.append(cond)
+        return out
+
+    def _container_status(self, c: Container) -> dict[str, Any]:
+        if c.state == "running":
+            state: dict[str, Any] = {"running": {"startedAt": format_time(c.started_at or 0.0)}}
+        elif c.state == "terminated":
+            state = {"terminated": c.terminated_record()}
+        else:
+            waiting: dict[str, Any] = {"reason": c.reason or "ContainerCreating"}
+            if c.message:
+                waiting["message"] = c.message
+            state = {"waiting": waiting}
+        out: dict[str, Any] = {
+            "name": c.name, "image": c.image, "imageID": image_id(c.image) if c.container_id else "",
+            "ready": c.state == "running" and not self.terminating,
+            "started": c.state == "running", "restartCount": c.restart_count, "state": state,
+            "lastState": {"terminated": c.last_terminated} if c.last_terminated else {},
+        }
+        if c.container_id:
+            out["containerID"] = c.container_id
+        return out
+
+    def status(self, *, now: float) -> Obj:
+        """The pod status to write (the parts this kubelet owns)."""
+        st: Obj = {"phase": self.phase, "qosClass": self.qos, "conditions": self.conditions()}
+        if self.reason:
+            st["reason"] = self.reason
+        if self.message:
+            st["message"] = self.message
+        if self.admitted_at is None:
+            return st
+        st["hostIP"] = self.host_ip
+        st["hostIPs"] = [{"ip": self.host_ip}]
+        st["startTime"] = format_time(self.admitted_at)
+        started = any(c.started_at is not None or c.restart_count for c in self.containers)
+        if self.pod_ip and started:
+            st["podIP"] = self.pod_ip
+            st["podIPs"] = [{"ip": self.pod_ip}]
+        st["containerStatuses"] = [self._container_status(c) for c in self.containers]
+        if self.init_containers:
+            done = started
+            st["initContainerStatuses"] = [
+                {"name": n, "image": img, "imageID": image_id(img) if done else "", "ready": done,
+                 "started": False, "restartCount": 0,
+                 "state": {"terminated": {"exitCode": 0, "reason": "Completed"}} if done
+                 else {"waiting": {"reason": "PodInitializing"}}, "lastState": {}}
+                for n, img in zip(self.init_containers, self.init_images, strict=True)]
+        return st

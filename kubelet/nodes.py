@@ -1,0 +1,297 @@
+"""One emulated node: its identity, its power state, and the tasks that make it a kubelet.
+
+An `EmulatedNode` owns, while powered on, up to five tasks: `boot` (registration, then starts
+the others), `lease` (Lease renewals), `status` (NodeStatus posts), `pods` (its pod informer
+and worker) and `evict` (only while MemoryPressure is set). Every switch of the admin
+endpoint maps onto starting or cancelling some of them:
+
+| operation          | effect                                                                |
+|--------------------|-----------------------------------------------------------------------|
+| power off          | cancel every task (in-flight requests are abandoned, watches close);  |
+|                    | the pods stay as they were in the API; the containers die with the    |
+|                    | machine unless zombie mode is on                                      |
+| power on           | boot again, as a restarted kubelet: adopt the Node, resume the Lease, |
+|                    | relist its pods (force-deleted ones are gone; containers of surviving |
+|                    | pods restart with restartCount + 1, or run on in zombie mode)         |
+| lease stop/resume  | cancel / restart only the Lease loop                                  |
+| status stop/resume | cancel / restart only the NodeStatus loop                             |
+| set/clear condition| override a condition; the status loop restarts to post it at once    |
+
+Guarantees: operations on one node never touch another node's tasks; every operation is
+idempotent (stopping a stopped loop does nothing) and undone by its opposite; a stopped loop
+stays stopped across power-off/power-on until resumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from kubelet.heartbeating import HeartbeatApi, LeaseRenewer, NodeConditions, StatusReporter
+from kubelet.podworking import PodApi, PodView, PodWorker
+from kubelet.registering import full_status, node_ip, node_labels, node_object, pod_cidr, register
+from kubelet.resources import Resources, allocatable_of
+from kubelet.settings import KubeletSettings
+from services.clock import Clock
+from services.kinds import uid_of
+from services.queueing import WorkQueue, run_workers
+
+log = structlog.get_logger("kubelet.nodes")
+
+
+class PodSource:
+    """How a node gets its pods: builds the view, runs it, and tells when it has synced."""
+
+    def attach(self, worker: PodWorker) -> PodView:
+        """Return the node's view and route its events to `worker`."""
+        raise NotImplementedError
+
+    async def run(self, worker: PodWorker) -> None:
+        """Keep the view up to date until cancelled (a per-node watch runs here)."""
+        raise NotImplementedError
+
+    def detach(self, worker: PodWorker) -> None:
+        """Stop routing events to `worker`."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeIdentity:
+    """Who a node is."""
+
+    name: str
+    index: int
+    instance: str
+    admin_port: int
+
+
+class EmulatedNode:
+    """A kubelet for one node, inside a process that hosts many."""
+
+    def __init__(self, *, identity: NodeIdentity, settings: KubeletSettings, clock: Clock,
+                 rng: random.Random, heartbeat_api: HeartbeatApi, pod_api: PodApi,
+                 pods: PodSource, register_gate: asyncio.Semaphore | None = None) -> None:
+        self.identity = identity
+        self.name = identity.name
+        self.settings = settings
+        self.clock = clock
+        self.rng = rng
+        self.heartbeat_api = heartbeat_api
+        self.pod_api = pod_api
+        self.pod_source = pods
+        self._gate = register_gate
+        self.capacity = Resources.from_quantities(settings.node_capacity())
+        self.allocatable = allocatable_of(capacity=settings.node_capacity(), reserved=settings.reserved)
+        self.conditions = NodeConditions()
+        self.powered = False
+        self.lease_stopped = settings.no_node_lease
+        self.status_stopped = False
+        self.uid: str | None = None
+        self.boots = 0
+        self.registered = False
+        self.lease: LeaseRenewer | None = None
+        self.status: StatusReporter | None = None
+        self.pods = PodWorker(node=self.name, host_ip=node_ip(identity.index), cidr=pod_cidr(identity.index),
+                              api=pod_api, clock=clock, rng=rng, settings=settings,
+                              allocatable=self.allocatable, pressure=self.conditions.statuses)
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._log = log.bind(node=self.name)
+
+    # -- tasks --------------------------------------------------------------------------------
+
+    def _start(self, name: str, coro: Coroutine[Any, Any, Any]) -> None:
+        old = self._tasks.get(name)
+        if old is not None and not old.done():
+            coro.close()
+            return
+        task = asyncio.get_running_loop().create_task(coro, name=f"{self.name}:{name}")
+        self._tasks[name] = task
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._log.error("node task failed", task=task.get_name(), error=repr(task.exception()))
+
+    def _cancel(self, *names: str) -> None:
+        for name in names or tuple(self._tasks):
+            task = self._tasks.pop(name, None)
+            if task is not None and not task.done():
+                task.cancel()
+
+    def running_tasks(self) -> list[str]:
+        """Names of this node's live tasks."""
+        return sorted(n for n, t in self._tasks.items() if not t.done())
+
+    async def wait_stopped(self) -> None:
+        """Wait until every cancelled task has finished."""
+        tasks = [t for t in self._tasks.values() if not t.done()]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- power --------------------------------------------------------------------------------
+
+    def power_on(self) -> bool:
+        """Boot the node (a kubelet start); False if it was on already."""
+        if self.powered:
+            return False
+        self.powered = True
+        self._start("boot", self._boot())
+        return True
+
+    def power_off(self) -> bool:
+        """Cut the power: every loop stops at once; False if it was off already."""
+        if not self.powered:
+            return False
+        self.powered = False
+        self._cancel()
+        self.pod_source.detach(self.pods)
+        self.pods.queue = None
+        self.pods.power_lost()
+        self._log.info("node powered off")
+        return True
+
+    async def _boot(self) -> None:
+        self.boots += 1
+        status = full_status(name=self.name, index=self.identity.index, capacity=self.capacity,
+                             allocatable=self.allocatable, admin_port=self.identity.admin_port,
+                             kubelet_version=self.settings.kubelet_version, boot=str(self.boots))
+        labels = node_labels(name=self.name, zone=self.settings.zone, region=self.settings.region)
+        body = node_object(name=self.name, index=self.identity.index, labels=labels,
+                           status=status, instance=self.identity.instance,
+                           conditions=self.conditions.observe(self.clock.now()))
+        if self._gate is not None:
+            async with self._gate:
+                node = await register(self.heartbeat_api, body, clock=self.clock)
+        else:
+            node = await register(self.heartbeat_api, body, clock=self.clock)
+        self.uid = uid_of(node) or None
+        self.registered = True
+        self.lease = LeaseRenewer(api=self.heartbeat_api, node=self.name, clock=self.clock, rng=self.rng,
+                                  settings=self.settings, node_uid=lambda: self.uid)
+        self.status = StatusReporter(api=self.heartbeat_api, node=self.name, clock=self.clock, rng=self.rng,
+                                     settings=self.settings, conditions=self.conditions,
+                                     full_status=lambda: status)
+        if not self.status_stopped:
+            self._start("status", self.status.run())
+        if not self.lease_stopped:
+            self._start("lease", self.lease.run())
+        self._start("pods", self._run_pods())
+        if self.conditions.statuses().get("MemoryPressure") == "True":
+            self._start("evict", self._evict_loop())
+
+    async def _run_pods(self) -> None:
+        queue: WorkQueue[str] = WorkQueue(clock=self.clock, name=f"pods:{self.name}")
+        self.pods.queue = queue
+        self.pods.view = self.pod_source.attach(self.pods)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self.pod_source.run(self.pods), name=f"{self.name}:pod-view")
+                tg.create_task(run_workers(queue, self.pods.sync, workers=1, name=f"kubelet:{self.name}"),
+                               name=f"{self.name}:pod-worker")
+                self.pods.resync_all()
+        finally:
+            queue.shutdown(drain=False)
+
+    # -- loops --------------------------------------------------------------------------------
+
+    def stop_lease(self) -> bool:
+        """Stop renewing the Lease (the rest of the node works on)."""
+        changed = not self.lease_stopped
+        self.lease_stopped = True
+        self._cancel("lease")
+        return changed
+
+    def resume_lease(self) -> bool:
+        """Renew again (at once)."""
+        changed = self.lease_stopped
+        self.lease_stopped = False
+        if self.powered and self.lease is not None:
+            self._start("lease", self.lease.run())
+        return changed
+
+    def stop_status(self) -> bool:
+        """Stop posting NodeStatus."""
+        changed = not self.status_stopped
+        self.status_stopped = True
+        self._cancel("status")
+        return changed
+
+    def resume_status(self) -> bool:
+        """Post NodeStatus again (at once)."""
+        changed = self.status_stopped
+        self.status_stopped = False
+        self._restart_status()
+        return changed
+
+    def _restart_status(self) -> None:
+        if self.powered and self.status is not None and not self.status_stopped:
+            self._cancel("status")
+            self._start("status", self.status.run())
+
+    def set_condition(self, ctype: str, status: str, *, reason: str | None = None,
+                      message: str | None = None) -> None:
+        """Override a node condition and post it at once."""
+        self.conditions.set(ctype, status, reason=reason, message=message)
+        self._restart_status()
+        if ctype == "MemoryPressure":
+            if status == "True" and self.powered and self.registered:
+                self._start("evict", self._evict_loop())
+            elif status != "True":
+                self._cancel("evict")
+
+    def clear_condition(self, ctype: str) -> bool:
+        """Undo `set_condition`."""
+        changed = self.conditions.clear(ctype)
+        self._restart_status()
+        if ctype == "MemoryPressure":
+            self._cancel("evict")
+        return changed
+
+    async def _evict_loop(self) -> None:
+        # Upstream's eviction manager evicts at most one pod per monitoring interval while the
+        # signal stays above its threshold; here the signal is the condition set by chaos.
+        while True:
+            self.pods.evict_one(now=self.clock.now())
+            await self.clock.sleep(self.settings.eviction_monitoring_interval)
+
+    def set_zombie(self, enabled: bool) -> int:
+        """Zombie mode on/off; turning it off kills the orphans. The number of orphans killed."""
+        self.pods.faults.zombie = enabled
+        if enabled:
+            return 0
+        killed = len(self.pods.orphans)
+        now = self.clock.now()
+        for m in self.pods.orphans.values():
+            m.kill_all(now=now)
+            self.pods.ips.release(m.pod_ip)
+        self.pods.orphans.clear()
+        return killed
+
+    # -- introspection ------------------------------------------------------------------------
+
+    def describe(self, *, pods: bool = False) -> dict[str, Any]:
+        """The node's state for `GET /nodes`."""
+        out: dict[str, Any] = {
+            "name": self.name, "index": self.identity.index, "uid": self.uid,
+            "powered": self.powered, "registered": self.registered, "boots": self.boots,
+            "lease": {"stopped": self.lease_stopped,
+                      "renewals": self.lease.renewals if self.lease else 0,
+                      "failures": self.lease.failures if self.lease else 0,
+                      "lastRenew": self.lease.last_renew if self.lease else None},
+            "status": {"stopped": self.status_stopped,
+                       "posts": self.status.posts if self.status else 0,
+                       "failures": self.status.failures if self.status else 0,
+                       "lastPost": self.status.last_post if self.status else None},
+            "conditions": self.conditions.statuses(),
+            "overrides": sorted(self.conditions.overrides),
+            "faults": {"startDelay": self.pods.faults.start_delay, "stopDelay": self.pods.faults.stop_delay,
+                       "zombie": self.pods.faults.zombie},
+            "tasks": self.running_tasks(),
+        }
+        if pods:
+            out.update(self.pods.describe())
+        return out

@@ -1,0 +1,151 @@
+"""The kubelet emulator's settings: one documented dataclass, with upstream's defaults.
+
+Every duration is in cluster seconds (the injected clock scales them). The defaults are those
+of a current kubelet unless a field says otherwise; `KubeletSettings.for_profile` is not
+needed because the one historic switch (`no-node-lease`) is a bug switch.
+
+Guarantees: a `KubeletSettings` is immutable and validated on construction, so every node of a
+process sees the same, sane configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from kubelet.resources import parse_quantity
+
+DEFAULT_CAPACITY: Final[Mapping[str, str]] = {
+    "cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi",
+}
+"""A mid-sized cloud VM."""
+
+DEFAULT_RESERVED: Final[Mapping[str, str]] = {"cpu": "100m", "memory": "356Mi", "ephemeral-storage": "1Gi"}
+"""What allocatable leaves out: kube-reserved and system-reserved plus the hard eviction
+threshold (memory.available<100Mi), as a kubeadm node reports it."""
+
+PodWatch = Literal["per-node", "shared"]
+
+
+def parse_capacity(text: str) -> dict[str, str]:
+    """Parse `cpu=8,memory=32Gi,pods=110` (each value must be a valid quantity)."""
+    out: dict[str, str] = {}
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise ValueError(f"capacity item {item!r} is not name=quantity")
+        parse_quantity(value.strip())
+        out[name.strip()] = value.strip()
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubeletSettings:
+    """How one kubelet process behaves; every node it hosts shares these settings."""
+
+    nodes: int = 1
+    """How many nodes this process hosts."""
+    node_prefix: str = "node"
+    """Node names are `<prefix>-<i>`."""
+    node_offset: int = 0
+    """The first node is `<prefix>-<offset+1>`, so several processes can host disjoint ranges."""
+    zone: str = "zone-a"
+    """`topology.kubernetes.io/zone` of every node of this process."""
+    region: str = "region-1"
+    """`topology.kubernetes.io/region`."""
+    capacity: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_CAPACITY))
+    """Node capacity, quantities as strings (missing names fall back to `DEFAULT_CAPACITY`)."""
+    reserved: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_RESERVED))
+    """Subtracted from capacity to give allocatable."""
+    kubelet_version: str = "v1.33.0-kubemesh"
+    """Reported in `status.nodeInfo.kubeletVersion`."""
+
+    # Heartbeats (races.md 2.4).
+    node_status_update_frequency: float = 10.0
+    """How often the kubelet computes node status (`--node-status-update-frequency`); also the
+    heartbeat client's timeout, as upstream."""
+    node_status_report_frequency: float | None = None
+    """How often an unchanged status is posted anyway. None: every update (the issue's
+    behaviour, and upstream's when the update frequency is set explicitly); upstream's
+    default with leases is 300 s."""
+    node_status_update_retry: int = 5
+    """Attempts per status update (upstream `nodeStatusUpdateRetry`), without pause."""
+    node_lease_duration: float = 40.0
+    """`spec.leaseDurationSeconds` of the node Lease."""
+    node_lease_renew_interval_fraction: float = 0.25
+    """Renew interval = fraction times duration (10 s by default)."""
+    lease_max_update_retries: int = 5
+    """Immediate attempts of one renewal before giving up until the next interval."""
+    lease_initial_backoff: float = 0.1
+    """Backoff of `ensure lease` doubles from this (first pause 0.2 s) ..."""
+    lease_max_backoff: float = 7.0
+    """... up to this cap."""
+    jitter_factor: float = 0.04
+    """Each loop's interval is stretched by up to this fraction (upstream `JitterUntil`)."""
+    min_wall_timeout: float = 1.0
+    """Floor of the heartbeat timeout in wall seconds, so a high clock rate does not turn
+    every request into a timeout."""
+    register_concurrency: int = 64
+    """At most this many registrations in flight at start-up (10,000 nodes register in waves)."""
+
+    # Pods.
+    pod_start_delay: float = 1.0
+    """Cluster seconds a pod spends in ContainerCreating (sandbox, image pull, start)."""
+    container_stop_delay: float = 0.5
+    """Cluster seconds a container takes to exit after SIGTERM (killed at the grace period)."""
+    crash_loop_base: float = 10.0
+    """CrashLoopBackOff: the second restart waits this long, doubling ..."""
+    crash_loop_max: float = 300.0
+    """... up to this cap."""
+    eviction_monitoring_interval: float = 10.0
+    """How often the eviction manager evicts one more pod while a node is under pressure."""
+    default_container_memory_usage: str = "64Mi"
+    """Emulated usage of a container without a memory request (pressure ranking)."""
+    pod_watch: PodWatch = "per-node"
+    """`per-node`: each node watches its own pods (field selector spec.nodeName), as real
+    kubelets do. `shared`: one watch of all pods for the process, dispatched by node (cheaper
+    at thousands of nodes; the apiserver sees one watcher)."""
+
+    # Behaviour switches.
+    no_node_lease: bool = False
+    """The `no-node-lease` bug switch: no Lease; the NodeStatus update is the heartbeat."""
+
+    def __post_init__(self) -> None:
+        if self.nodes < 0:
+            raise ValueError("nodes must be >= 0")
+        if self.node_offset < 0:
+            raise ValueError("node offset must be >= 0")
+        if self.node_status_update_frequency <= 0 or self.node_lease_duration <= 0:
+            raise ValueError("heartbeat periods must be positive")
+        if not 0 < self.node_lease_renew_interval_fraction < 1:
+            raise ValueError("renew interval fraction must be in (0, 1)")
+        for value in (*self.capacity.values(), *self.reserved.values()):
+            parse_quantity(value)
+
+    @property
+    def lease_renew_interval(self) -> float:
+        """Cluster seconds between lease renewals (10 s by default)."""
+        return self.node_lease_duration * self.node_lease_renew_interval_fraction
+
+    @property
+    def status_report_interval(self) -> float:
+        """Cluster seconds after which an unchanged status is posted anyway."""
+        if self.node_status_report_frequency is None:
+            return self.node_status_update_frequency
+        return self.node_status_report_frequency
+
+    def node_names(self) -> list[str]:
+        """The names of the nodes this process hosts, in index order."""
+        return [self.node_name(i) for i in range(self.node_offset + 1, self.node_offset + self.nodes + 1)]
+
+    def node_name(self, index: int) -> str:
+        """The name of node number `index` (1-based)."""
+        return f"{self.node_prefix}-{index}"
+
+    def node_capacity(self) -> dict[str, str]:
+        """Capacity with defaults filled in."""
+        return {**DEFAULT_CAPACITY, **self.capacity}
