@@ -1,0 +1,355 @@
+"""Filters: which nodes can run a pod, and why the others cannot.
+
+One `PodFilter` is built per pod per cycle. It holds only the checks that concern the pod and the
+precomputed inter-pod affinity state, so that checking a node is a handful of attribute reads.
+The filters, in upstream's order and with upstream's reasons:
+
+* **NodeName**: `spec.nodeName`, if set, must be the node.
+* **NodeUnschedulable**: `spec.unschedulable` keeps pods off unless they tolerate the
+  `node.kubernetes.io/unschedulable` taint.
+* **NodeConditions** (the kubelet heartbeat's pressure conditions, as 1.7's predicates checked
+  them): DiskPressure keeps every pod off; MemoryPressure keeps BestEffort pods off.
+* **TaintToleration**: a NoSchedule/NoExecute taint the pod does not tolerate keeps it off. The
+  controller-manager expresses the pressure conditions as `node.kubernetes.io/*-pressure` taints;
+  pods of any QoS class other than BestEffort implicitly tolerate the memory-pressure taint, as
+  the control plane's admission gives them that toleration.
+* **NodeAffinity**: `nodeSelector` and required node affinity.
+* **NodeResourcesFit**: cpu, memory and pod count against allocatable, counting the pods
+  nominated to the node with a priority at least the pod's (they will come back for the room).
+* **InterPodAffinity**: required affinity and anti-affinity of the pod, and the required
+  anti-affinity of pods already placed, over any topology key (hostname, zone, ...).
+
+Inter-pod affinity needs a pass over existing pods before any node is checked (upstream's
+PreFilter). Today that pass iterates the cycle's snapshot, which leaves ghosts out. With switch
+`ghost-node-affinity-error` it iterates every NodeInfo of the cache, ghosts included, and reads
+each existing pod's node from the node informer's store, as 1.7-1.8 did: a pod on a deleted node
+raises `NodeNotFoundError` and the whole cycle fails with `node "X" not found` (kubernetes#50813).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.caching import TAINT_MEMORY_PRESSURE, TAINT_UNSCHEDULABLE, NodeInfo
+from scheduler.podinfo import PodInfo
+from scheduler.queueing import Nominator
+
+Pair = tuple[str, str]
+NodeLookup = Callable[[str], Mapping[str, Any] | None]
+"""Reads a node by name from the node informer's store (None when absent)."""
+
+
+class NodeNotFoundError(Exception):
+    """A node the scheduler needed is not in its node store (1.7's GetNodeInfo error)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f'node "{name}" not found')
+        self.name = name
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why a node cannot run the pod: the filter, its reasons, and whether preemption can help."""
+
+    plugin: str
+    reasons: tuple[str, ...]
+    unresolvable: bool = False
+
+
+F_NODE_NAME = Failure("NodeName", ("node(s) didn't match the requested node name",), True)
+F_UNSCHEDULABLE = Failure("NodeUnschedulable", ("node(s) were unschedulable",), True)
+F_DISK_PRESSURE = Failure("NodeConditions", ("node(s) had disk pressure",), True)
+F_MEMORY_PRESSURE = Failure("NodeConditions", ("node(s) had memory pressure",), True)
+F_NODE_AFFINITY = Failure("NodeAffinity", ("node(s) didn't match Pod's node affinity/selector",), True)
+F_EXISTING_ANTI = Failure("InterPodAffinity", ("node(s) didn't satisfy existing pods anti-affinity rules",))
+F_ANTI = Failure("InterPodAffinity", ("node(s) didn't match pod anti-affinity rules",))
+F_AFFINITY = Failure("InterPodAffinity", ("node(s) didn't match pod affinity rules",), True)
+F_GHOST = Failure("NodeName", ("node(s) were deleted",), True)
+
+
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    """Whether any toleration tolerates the taint (upstream's ToleratesTaint)."""
+    t_key = taint.get("key", "")
+    t_effect = taint.get("effect", "")
+    for tol in tolerations:
+        effect = tol.get("effect") or ""
+        if effect and effect != t_effect:
+            continue
+        key = tol.get("key") or ""
+        op = tol.get("operator") or "Equal"
+        if not key:
+            if op == "Exists":
+                return True
+            continue
+        if key != t_key:
+            continue
+        if op == "Exists" or (tol.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def _taint_failure(taint: Mapping[str, Any]) -> Failure:
+    value = taint.get("value") or ""
+    shown = f"{{{taint.get('key', '')}: {value}}}" if value else f"{{{taint.get('key', '')}}}"
+    return Failure("TaintToleration", (f"node(s) had untolerated taint {shown}",), True)
+
+
+class AffinityState:
+    """Topology pair counts of the inter-pod affinity pre-pass (upstream's preFilterState)."""
+
+    __slots__ = ("affinity", "anti", "existing_anti", "pod")
+
+    def __init__(self, pod: PodInfo) -> None:
+        self.pod = pod
+        self.existing_anti: dict[Pair, int] = {}
+        """Pairs where a placed pod's required anti-affinity term matches the incoming pod."""
+        self.anti: dict[Pair, int] = {}
+        """Pairs holding placed pods that the incoming pod's anti-affinity terms select."""
+        self.affinity: dict[Pair, int] = {}
+        """Pairs holding placed pods that match all of the incoming pod's affinity terms."""
+
+    def copy(self) -> AffinityState:
+        """An independent copy (preemption's what-if removes pods from it)."""
+        c = AffinityState(self.pod)
+        c.existing_anti = dict(self.existing_anti)
+        c.anti = dict(self.anti)
+        c.affinity = dict(self.affinity)
+        return c
+
+    @property
+    def empty(self) -> bool:
+        """Whether no check can fail because of other pods."""
+        return not (self.existing_anti or self.anti or self.pod.has_required_affinity)
+
+    def update(self, existing: PodInfo, labels: Mapping[str, str], delta: int) -> None:
+        """Count (delta=1) or uncount (delta=-1) one placed pod on a node with `labels`."""
+        pod = self.pod
+        for term in existing.anti_affinity_terms:
+            value = labels.get(term.topology_key)
+            if value is not None and term.matches(pod):
+                _bump(self.existing_anti, (term.topology_key, value), delta)
+        for term in pod.anti_affinity_terms:
+            value = labels.get(term.topology_key)
+            if value is not None and term.matches(existing):
+                _bump(self.anti, (term.topology_key, value), delta)
+        if pod.affinity_terms and all(t.matches(existing) for t in pod.affinity_terms):
+            for term in pod.affinity_terms:
+                value = labels.get(term.topology_key)
+                if value is not None:
+                    _bump(self.affinity, (term.topology_key, value), delta)
+
+    def check(self, labels: Mapping[str, str]) -> Failure | None:
+        """The InterPodAffinity filter for a node with these labels."""
+        if self.existing_anti:
+            for pair in labels.items():
+                if self.existing_anti.get(pair, 0) > 0:
+                    return F_EXISTING_ANTI
+        pod = self.pod
+        if self.anti:
+            for term in pod.anti_affinity_terms:
+                value = labels.get(term.topology_key)
+                if value is not None and self.anti.get((term.topology_key, value), 0) > 0:
+                    return F_ANTI
+        if pod.affinity_terms:
+            pods_exist = True
+            for term in pod.affinity_terms:
+                value = labels.get(term.topology_key)
+                if value is None:
+                    return F_AFFINITY
+                if self.affinity.get((term.topology_key, value), 0) <= 0:
+                    pods_exist = False
+            # The first pod of a group that selects itself may go anywhere its topology keys
+            # exist; otherwise a self-affine group could never start.
+            if not pods_exist and (self.affinity or not all(t.matches(pod) for t in pod.affinity_terms)):
+                return F_AFFINITY
+        return None
+
+
+def _bump(counts: dict[Pair, int], pair: Pair, delta: int) -> None:
+    n = counts.get(pair, 0) + delta
+    if n > 0:
+        counts[pair] = n
+    else:
+        counts.pop(pair, None)
+
+
+def compute_affinity_state(pod: PodInfo, nodes: Sequence[NodeInfo], *, any_required_anti: bool,
+                           ghost_bug: bool = False, all_nodes: Sequence[NodeInfo] = (),
+                           node_lookup: NodeLookup | None = None) -> AffinityState | None:
+    """The inter-pod affinity pre-pass; None when nothing can fail for this pod.
+
+    `nodes` is the cycle's snapshot. With `ghost_bug`, the pass iterates `all_nodes` (the cache's
+    NodeInfos, ghosts included) and reads each considered pod's node from `node_lookup`, raising
+    `NodeNotFoundError` when it is missing, as 1.7-1.8's affinity metadata did. Pods are considered
+    as 1.7's priority function did: every pod when the incoming pod has (anti-)affinity, otherwise
+    the pods that have some.
+    """
+    if ghost_bug:
+        lookup = node_lookup or (lambda _name: None)
+        state = AffinityState(pod)
+        for ni in all_nodes:
+            pods = ni.pods if pod.has_affinity else ni.pods_with_affinity
+            for existing in list(pods.values()):
+                node = lookup(existing.node_name)
+                if node is None:
+                    raise NodeNotFoundError(existing.node_name)
+                labels = (node.get("metadata") or {}).get("labels") or {}
+                state.update(existing, labels, 1)
+        return None if state.empty else state
+    if not pod.has_required_affinity and not any_required_anti:
+        return None
+    state = AffinityState(pod)
+    for ni in nodes:
+        labels = ni.labels
+        if pod.has_required_affinity:
+            for existing in ni.pods.values():
+                state.update(existing, labels, 1)
+        else:
+            for existing in ni.pods_with_required_anti_affinity.values():
+                state.update(existing, labels, 1)
+    return None if state.empty else state
+
+
+class PodFilter:
+    """Every filter for one pod in one cycle (see the module docstring)."""
+
+    __slots__ = ("affinity", "nominator", "pod")
+
+    def __init__(self, pod: PodInfo, *, affinity: AffinityState | None = None,
+                 nominator: Nominator | None = None) -> None:
+        self.pod = pod
+        self.affinity = affinity
+        self.nominator = nominator if nominator is not None and len(nominator) else None
+
+    def _taints(self, ni: NodeInfo) -> Failure | None:
+        pod = self.pod
+        for taint in ni.taints:
+            if tolerates(pod.tolerations, taint):
+                continue
+            if taint.get("key") == TAINT_MEMORY_PRESSURE and not pod.best_effort:
+                continue
+            return _taint_failure(taint)
+        return None
+
+    def check(self, ni: NodeInfo, *, affinity: AffinityState | None = None) -> Failure | None:
+        """None if the pod fits the node, else the first filter that rejects it."""
+        pod = self.pod
+        if ni.node is None:
+            return F_GHOST
+        if pod.node_name and pod.node_name != ni.name:
+            return F_NODE_NAME
+        if ni.unschedulable and not tolerates(
+                pod.tolerations, {"key": TAINT_UNSCHEDULABLE, "effect": "NoSchedule"}):
+            return F_UNSCHEDULABLE
+        if ni.disk_pressure:
+            return F_DISK_PRESSURE
+        if ni.memory_pressure and pod.best_effort:
+            return F_MEMORY_PRESSURE
+        if ni.taints:
+            f = self._taints(ni)
+            if f is not None:
+                return f
+        if pod.has_node_constraints and not pod.matches_node_selector(ni.name, ni.labels):
+            return F_NODE_AFFINITY
+        f = self._resources(ni)
+        if f is not None:
+            return f
+        state = affinity if affinity is not None else self.affinity
+        if state is not None:
+            return state.check(ni.labels)
+        return None
+
+    def _resources(self, ni: NodeInfo) -> Failure | None:
+        pod = self.pod
+        cpu = ni.req_cpu + pod.cpu
+        mem = ni.req_mem + pod.mem
+        count = len(ni.pods) + 1
+        if self.nominator is not None and self.nominator.has_nominations(ni.name):
+            # Pods nominated here with at least our priority will come back for the room that
+            # preemption freed for them: count them as if they were already placed.
+            for other in self.nominator.pods_for_node(ni.name):
+                if other.key != pod.key and other.priority >= pod.priority and other.key not in ni.pods:
+                    cpu += other.cpu
+                    mem += other.mem
+                    count += 1
+        if count <= ni.alloc_pods and (cpu <= ni.alloc_cpu or pod.cpu == 0) and (
+                mem <= ni.alloc_mem or pod.mem == 0):
+            return None
+        reasons: list[str] = []
+        if count > ni.alloc_pods:
+            reasons.append("Too many pods")
+        if pod.cpu and cpu > ni.alloc_cpu:
+            reasons.append("Insufficient cpu")
+        if pod.mem and mem > ni.alloc_mem:
+            reasons.append("Insufficient memory")
+        return Failure("NodeResourcesFit", tuple(reasons))
+
+
+def num_feasible_nodes_to_find(num_nodes: int, *, percentage: int = 0, minimum: int = 100) -> int:
+    """How many feasible nodes to find before scoring (upstream's numFeasibleNodesToFind).
+
+    Small clusters are searched entirely; otherwise `percentage` of the nodes (adaptive when 0:
+    50% minus 1% per 125 nodes, at least 5%), but never fewer than `minimum`.
+    """
+    if num_nodes < minimum or percentage >= 100:
+        return num_nodes
+    adaptive = percentage
+    if adaptive <= 0:
+        adaptive = max(50 - num_nodes // 125, 5)
+    n = num_nodes * adaptive // 100
+    return max(n, minimum)
+
+
+@dataclass(slots=True)
+class FilterResult:
+    """The outcome of one filtering pass."""
+
+    feasible: list[NodeInfo]
+    failures: dict[str, Failure]
+    processed: int
+
+
+def find_feasible(pod_filter: PodFilter, nodes: Sequence[NodeInfo], *, want: int,
+                  start: int = 0) -> FilterResult:
+    """Check nodes round-robin from `start` until `want` feasible ones are found or all are checked."""
+    feasible: list[NodeInfo] = []
+    failures: dict[str, Failure] = {}
+    total = len(nodes)
+    check = pod_filter.check
+    processed = 0
+    for i in range(total):
+        ni = nodes[(start + i) % total]
+        processed += 1
+        f = check(ni)
+        if f is None:
+            feasible.append(ni)
+            if len(feasible) >= want:
+                break
+        else:
+            failures[ni.name] = f
+    return FilterResult(feasible, failures, processed)
+
+
+class FitError(Exception):
+    """No node can run the pod; carries each node's failure (upstream's FitError)."""
+
+    def __init__(self, pod: PodInfo, *, num_nodes: int, failures: Mapping[str, Failure]) -> None:
+        self.pod = pod
+        self.num_nodes = num_nodes
+        self.failures = dict(failures)
+        super().__init__(self.message())
+
+    def plugins(self) -> set[str]:
+        """The filters that rejected the pod somewhere."""
+        return {f.plugin for f in self.failures.values()}
+
+    def message(self) -> str:
+        """`0/N nodes are available: <count> <reason>, ...`, reasons sorted as upstream does."""
+        counts: dict[str, int] = {}
+        for f in self.failures.values():
+            for r in f.reasons:
+                counts[r] = counts.get(r, 0) + 1
+        reasons = sorted(f"{n} {r}" for r, n in counts.items())
+        return f"0/{self.num_nodes} nodes are available: {', '.join(reasons)}."
