@@ -32,7 +32,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from apiserver import errors
 from apiserver.history import WRITER, History
 from apiserver.registry import Registry
-from apiserver.serving import HUB, MAX_BODY, REGISTRY, Api, identity, render, render_status
+from apiserver.serving import HUB, MAX_BODY, REGISTRY, Api, identity, read_body, render, render_status
 from apiserver.storage import Backend, LogBackend, MemoryBackend, Store
 from apiserver.watching import Item, Watcher, WatchHub, WatchSettings
 from services.certs import server_context
@@ -217,10 +217,7 @@ def build_app(settings: ServerSettings) -> web.Application:
         return render(request, clock.document())
 
     async def put_component(request: web.Request) -> web.Response:
-        try:
-            body = await request.json(loads=orjson.loads)
-        except ValueError as exc:
-            raise errors.bad_request("the component registration must be JSON") from exc
+        body, _ = await read_body(request)
         if not isinstance(body, dict) or not isinstance(body.get("adminURL"), str):
             raise errors.StatusError(422, "Invalid", "a registration needs component, instance and adminURL")
         instance = request.match_info["instance"]
