@@ -1,0 +1,20 @@
+"""The scenario catalog: one module per scenario, in the order `kubemesh scenario list` shows."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from scenarios.catalog.force_delete_zombie import ForceDeleteZombie
+from scenarios.catalog.ghost_node_affinity import GhostNodeAffinity
+from scenarios.catalog.node_heartbeat_eviction import NodeHeartbeatEviction
+from scenarios.catalog.nominated_node_race import NominatedNodeRace
+from scenarios.catalog.recreate_stuck_terminating import RecreateStuckTerminating
+from scenarios.framework import Scenario
+
+SCENARIOS: Final[tuple[Scenario, ...]] = (
+    GhostNodeAffinity(),
+    NominatedNodeRace(),
+    NodeHeartbeatEviction(),
+    RecreateStuckTerminating(),
+    ForceDeleteZombie(),
+)

@@ -1,0 +1,111 @@
+"""nominated-node-race: kubernetes#72124, fixed by #72259.
+
+A high-priority pod P does not fit on the only node; preemption picks the node, the scheduler
+patches `status.nominatedNodeName` and deletes the victims. Before #72259 the scheduler recorded
+the nomination only when the pod update carrying it came back on its own watch; until then the
+freed room looked free to every other pod. The chaos front door holds exactly that echo
+(scheduler's pod watch, MODIFIED events of P with `status.nominatedNodeName` set: Sieve's
+"before controller receive" pause). A smaller pod S of the same priority (preemptionPolicy
+Never) arrives once the victims are gone, while P backs off.
+
+Oracle (60 cluster seconds): buggy, S is bound to the node and P stays Pending (reproduced);
+fixed, S is kept off the node by P's in-memory nomination and P is bound there (prevented).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from scenarios import oracles
+from scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
+from scenarios.workloads import pod, priority_class
+from services.kinds import PODS, PRIORITYCLASSES
+
+OBSERVE = 60.0
+
+
+class NominatedNodeRace(Scenario):
+    """See the module docstring."""
+
+    name: ClassVar[str] = "nominated-node-race"
+    summary: ClassVar[str] = ("the nomination is recorded only when its update comes back on the watch; a smaller "
+                              "pod takes the room freed by preemption")
+    upstream: ClassVar[tuple[str, ...]] = ("kubernetes#72124", "fixed by kubernetes#72259")
+    bugs: ClassVar[tuple[str, ...]] = ("nominate-after-patch",)
+    needs_chaos: ClassVar[bool] = True
+    shape: ClassVar[MeshShape] = MeshShape(
+        nodes=1, clock_rate=60.0, capacity="cpu=4,memory=16Gi,pods=110",
+        extra_args={"scheduler": ["--pod-initial-backoff-seconds", "20", "--pod-max-backoff-seconds", "40"]})
+    deadline: ClassVar[float] = 300.0
+
+    async def run(self, ctx: ScenarioContext) -> Verdict:
+        """Set up, inject, observe (see the module docstring)."""
+        await ctx.client.create(PRIORITYCLASSES, priority_class("high", 1000))
+        await ctx.client.create(PRIORITYCLASSES, priority_class("low", 0))
+        for v in ("v1", "v2"):
+            await ctx.client.create(PODS, pod(v, cpu="1500m", priority_class="low"), namespace="default")
+        ctx.focus("pods", "default/v1", "default/v2", "default/p", "default/s")
+
+        async def victims_running() -> bool:
+            pods = [await ctx.pod(v) for v in ("v1", "v2")]
+            return all(oracles.is_running(p) for p in pods)
+
+        if not await ctx.until(victims_running, within=60):
+            raise ScenarioError("the victims never ran")
+        ctx.say("v1 and v2 (low priority, 1500m each) Running on node-1")
+        async with ctx.fault({"name": "hold-nomination-echo", "type": "watch.hold",
+                              "target": {"component": "scheduler"},
+                              "match": {"resources": ["pods"], "namespace": "default", "name": "p",
+                                        "eventTypes": ["MODIFIED"], "fields": ["status.nominatedNodeName"]},
+                              "duration": None}):
+            ctx.open_window("hold p's nominatedNodeName echo to scheduler", lane="scheduler")
+            await ctx.client.create(PODS, pod("p", cpu="3", priority_class="high"), namespace="default")
+            ctx.mark("create p (high, 3 cpu)", lane="scenario")
+            nominated = await ctx.wait_record(within=30, type="write", component="scheduler", resource="pods",
+                                              key="default/p", event="MODIFIED")
+            if nominated is None:
+                raise ScenarioError("the scheduler never wrote p (no preemption)")
+
+            async def victims_gone() -> bool:
+                return await ctx.pod("v1") is None and await ctx.pod("v2") is None
+
+            if not await ctx.until(victims_gone, within=30):
+                raise ScenarioError("the victims were not preempted")
+            gone = await ctx.wait_record(within=10, type="delivery", component="scheduler", resource="pods",
+                                         key="default/v2", event="DELETED")
+            p_now = await ctx.pod("p")
+            nnn = ((p_now or {}).get("status") or {}).get("nominatedNodeName")
+            ctx.say(f"victims preempted; p.status.nominatedNodeName={nnn}")
+            if gone is not None:
+                ctx.mark("victims' DELETEs reach scheduler", lane="scheduler", at=float(gone["time"]))
+            await ctx.client.create(PODS, pod("s", cpu="2", priority_class="high", preemption_policy="Never"),
+                                    namespace="default")
+            ctx.mark("create s (high, 2 cpu)", lane="scenario")
+
+            async def settled() -> tuple[str, str] | None:
+                p, s = await ctx.pod("p"), await ctx.pod("s")
+                pn, sn = oracles.node_name(p), oracles.node_name(s)
+                return (pn, sn) if pn or sn else None
+
+            first = await ctx.until(settled, within=OBSERVE)
+            await ctx.sleep(OBSERVE / 2)
+            p, s = await ctx.pod("p"), await ctx.pod("s")
+            ctx.close_window("hold p's nominatedNodeName echo to scheduler")
+        pn, sn = oracles.node_name(p), oracles.node_name(s)
+        p_nnn = ((p or {}).get("status") or {}).get("nominatedNodeName")
+        evidence = [f"p: node {pn or '-'}, nominatedNodeName {p_nnn}",
+                    f"s: node {sn or '-'}", f"first binding seen: {first}"]
+        failures = await ctx.events_about("p", reason="FailedScheduling")
+        if failures:
+            evidence.append(f"p FailedScheduling: {failures[-1].get('message')}")
+        if sn:
+            ctx.mark(f"s bound to {sn}", lane="scheduler")
+        if pn:
+            ctx.mark(f"p bound to {pn}", lane="scheduler")
+        return oracles.decide(
+            symptom=bool(sn) and not pn, healthy=bool(pn) and not sn, evidence=evidence,
+            reproduced=(f"reproduced: pod default/s took {sn} while p's nomination to it was in flight (its update "
+                        f"held on the scheduler's watch); the high-priority pod default/p stays Pending with "
+                        f"nominatedNodeName={nnn} and the room it preempted for is gone"),
+            prevented=(f"prevented: p was nominated in memory before the patch, so s was kept off {pn}; p was "
+                       f"bound to {pn} although the update carrying its nomination never reached the scheduler"))

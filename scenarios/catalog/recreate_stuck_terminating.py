@@ -1,0 +1,153 @@
+"""recreate-stuck-terminating: seed 003 (kubernetes#112452; KEP-2268 non-graceful node shutdown).
+
+A node is powered off (not deleted). After the grace period and the 300 s unreachable
+toleration its pods are deleted, but nobody can finish the deletion: they stay Terminating,
+phase Running, forever. The ReplicaSet counts only active pods, so a replacement runs elsewhere.
+Then the Deployment (strategy Recreate) is updated: the Recreate rollout scales the old
+ReplicaSets to zero and waits until no old pod is running, and `oldPodsRunning` counts the
+Terminating pod on the dead node, so the new ReplicaSet is never scaled up (seed 003's
+`oldPodsRunning` short circuit). That part is the same in both modes.
+
+The operator's way out since 1.28 (KEP-2268) is the `node.kubernetes.io/out-of-service` taint
+on the shut-down node: PodGC force-deletes the Terminating pods there, the rollout goes on.
+
+* fixed: after the taint the new pod is created and runs (prevented);
+* buggy (`no-out-of-service-gc`, before KEP-2268): the taint changes nothing, the rollout stays
+  stuck (reproduced).
+
+Oracle: liveness, a pod of the new ReplicaSet is Running within 60 cluster seconds of the taint.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from scenarios import oracles
+from scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
+from scenarios.workloads import deployment
+from services.kinds import DEPLOYMENTS, NODES, Obj
+
+OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
+STUCK_FOR = 40.0
+"""Cluster seconds the updated Deployment is watched before the taint (it must stay stuck)."""
+RESOLVE_WITHIN = 60.0
+"""Cluster seconds the new pod has to run in after the taint (PodGC runs every 20 s)."""
+
+
+def _active(pods: list[Obj]) -> list[Obj]:
+    return [p for p in pods if not oracles.is_terminating(p)]
+
+
+class RecreateStuckTerminating(Scenario):
+    """See the module docstring."""
+
+    name: ClassVar[str] = "recreate-stuck-terminating"
+    summary: ClassVar[str] = ("node powered off: pods stay Terminating; an updated Recreate Deployment never creates "
+                              "its new pod; the out-of-service taint resolves it (fixed) or not (buggy)")
+    upstream: ClassVar[tuple[str, ...]] = ("seed 003", "kubernetes#112452", "KEP-2268 (GA 1.28)")
+    bugs: ClassVar[tuple[str, ...]] = ("no-out-of-service-gc",)
+    shape: ClassVar[MeshShape] = MeshShape(nodes=3, clock_rate=120.0)
+    deadline: ClassVar[float] = 900.0
+
+    async def run(self, ctx: ScenarioContext) -> Verdict:
+        """Set up, inject, observe (see the module docstring)."""
+        await ctx.client.create(DEPLOYMENTS, deployment("cron", strategy="Recreate", env={"VERSION": "1"}),
+                                namespace="default")
+        ctx.say("created Deployment cron (Recreate, 1 replica)")
+
+        async def running_pod() -> Obj | None:
+            for p in await ctx.pods(label_selector="app=cron"):
+                if oracles.is_running(p) and not oracles.is_terminating(p):
+                    return p
+            return None
+
+        first = await ctx.until(running_pod, within=120)
+        if first is None:
+            raise ScenarioError("the Deployment's pod never ran")
+        victim = oracles.node_name(first)
+        old_name = first["metadata"]["name"]
+        ctx.focus("nodes", victim)
+        ctx.focus("pods", f"default/{old_name}")
+        ctx.focus("deployments", "default/cron")
+        ctx.say(f"pod {old_name} Running on {victim}")
+        await ctx.power_off(victim)
+        ctx.mark(f"{victim} powered off", lane="scenario")
+
+        async def terminating() -> Obj | None:
+            p = await ctx.pod(old_name)
+            return p if oracles.is_terminating(p) else None
+
+        stuck = await ctx.until(terminating, within=50 + 10 + 300 + 40, poll=0.05)
+        if stuck is None:
+            raise ScenarioError(f"{old_name} was never deleted (Terminating) after {victim} went down")
+        terminating_at = ctx.elapsed()
+        ctx.mark(f"{old_name} Terminating", lane="controller-manager")
+        ctx.say(f"{old_name} is Terminating (phase {stuck.get('status', {}).get('phase')}) on the dead node")
+
+        async def replacement() -> Obj | None:
+            for p in await ctx.pods(label_selector="app=cron"):
+                if p["metadata"]["name"] != old_name and oracles.is_running(p) and not oracles.is_terminating(p):
+                    return p
+            return None
+
+        rep = await ctx.until(replacement, within=120)
+        if rep is None:
+            raise ScenarioError("the ReplicaSet did not replace the Terminating pod")
+        ctx.focus("pods", f"default/{rep['metadata']['name']}")
+        ctx.say(f"replacement {rep['metadata']['name']} Running on {oracles.node_name(rep)}")
+        before = {p["metadata"]["name"] for p in await ctx.pods(label_selector="app=cron")}
+        patch: dict[str, Any] = {"spec": {"template": {"spec": {"containers": [
+            {"name": "main", "image": "registry.k8s.io/pause:3.9", "env": [{"name": "VERSION", "value": "2"}]}]}}}}
+        await ctx.client.patch(DEPLOYMENTS, "cron", patch, namespace="default", patch_type="strategic")
+        ctx.mark("update Deployment cron", lane="scenario")
+        ctx.say("updated the Deployment's template (VERSION=2): Recreate must stop the old pods first")
+
+        async def new_pod() -> Obj | None:
+            for p in await ctx.pods(label_selector="app=cron"):
+                if p["metadata"]["name"] not in before:
+                    return p
+            return None
+
+        early = await ctx.until(new_pod, within=STUCK_FOR)
+        evidence = [f"{old_name} Terminating on powered-off {victim} since t={terminating_at:.0f}s"]
+        if early is not None:
+            return oracles.inconclusive(f"the new pod {early['metadata']['name']} was created although "
+                                        f"{old_name} was still Terminating (the Recreate rollout did not wait)",
+                                        evidence)
+        old = await ctx.pod(old_name)
+        if old is None:
+            return oracles.inconclusive(f"{old_name} went away by itself before the taint", evidence)
+        evidence.append(f"no new pod {STUCK_FOR:.0f} s after the update: the Recreate rollout waits for {old_name} "
+                        f"(Terminating, phase {(old.get('status') or {}).get('phase')})")
+        node = await ctx.node(victim)
+        if node is None:
+            raise ScenarioError(f"{victim} disappeared")
+        taints = list((node.get("spec") or {}).get("taints") or [])
+        taints.append({"key": OUT_OF_SERVICE, "value": "nodeshutdown", "effect": "NoExecute"})
+        await ctx.client.patch(NODES, victim, {"spec": {"taints": taints}})
+        tainted_at = ctx.now()
+        ctx.mark(f"taint {victim} out-of-service", lane="scenario")
+        ctx.open_window(f"{victim} out-of-service", lane=f"node/{victim}")
+        ctx.say(f"tainted {victim} {OUT_OF_SERVICE}=nodeshutdown:NoExecute")
+
+        async def new_running() -> Obj | None:
+            p = await new_pod()
+            return p if p is not None and oracles.is_running(p) else None
+
+        live = await oracles.eventually(ctx, "a pod of the new ReplicaSet Running", new_running,
+                                        within=RESOLVE_WITHIN)
+        old = await ctx.pod(old_name)
+        if live.held and live.at is not None:
+            ctx.focus("pods", f"default/{live.value['metadata']['name']}")
+            ctx.mark(f"{live.value['metadata']['name']} Running", lane="kubelet")
+            return oracles.decide(
+                symptom=False, healthy=old is None, reproduced="", evidence=evidence,
+                inconclusive="a new pod runs, but the old pod is still there",
+                prevented=(f"prevented: after the out-of-service taint PodGC force-deleted {old_name} and the new "
+                           f"pod {live.value['metadata']['name']} was Running {live.at - tainted_at:.0f} s of "
+                           f"cluster time later on {oracles.node_name(live.value)}"))
+        return oracles.decide(
+            symptom=old is not None and oracles.is_terminating(old), healthy=False, prevented="", evidence=evidence,
+            reproduced=(f"reproduced: Deployment default/cron never created its new pod; {old_name} stayed "
+                        f"Terminating on powered-off {victim} {RESOLVE_WITHIN:.0f} s after the out-of-service taint "
+                        "(PodGC does not force-delete it), so Recreate's oldPodsRunning stays true"))

@@ -1,0 +1,120 @@
+"""The main job: run every scenario in buggy and in fixed mode, show progress, print the table.
+
+    python -m scenarios.main [--repeat N] [--seed S] [--clock-rate R] [--report-dir DIR] [NAME ...]
+
+Each run starts a fresh mesh; one progress line per step and one per finished run. At the end a
+table (scenario, buggy outcome, fixed outcome, wall time) and where the reports are. Exit status
+0 iff every run had the outcome expected for its mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from scenarios.framework import MODES
+from scenarios.running import RunResult, catalog, default_report_dir, run_scenario
+
+
+def _outcome_cell(results: list[RunResult]) -> str:
+    if not results:
+        return "-"
+    good = sum(1 for r in results if r.ok)
+    if len(results) == 1:
+        r = results[0]
+        return r.outcome if r.ok else f"{r.outcome} (!)"
+    outcomes = sorted({r.outcome for r in results})
+    return f"{'/'.join(outcomes)} {good}/{len(results)}" + ("" if good == len(results) else " (!)")
+
+
+def table(results: Sequence[RunResult], names: Sequence[str]) -> list[list[str]]:
+    """Rows of the final table (with a header)."""
+    rows = [["scenario", "buggy outcome", "fixed outcome", "wall time"]]
+    for name in names:
+        rs = [r for r in results if r.scenario == name]
+        wall = sum(r.wall_s for r in rs)
+        rows.append([name, _outcome_cell([r for r in rs if r.mode == "buggy"]),
+                     _outcome_cell([r for r in rs if r.mode == "fixed"]), f"{wall:.1f} s"])
+    return rows
+
+
+def print_table(rows: list[list[str]]) -> None:
+    """Columns padded to their widest cell."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for n, row in enumerate(rows):
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    """Run everything; return the exit status."""
+    scenarios = catalog()
+    names = args.names or list(scenarios)
+    unknown = [n for n in names if n not in scenarios]
+    if unknown:
+        print(f"unknown scenario(s): {', '.join(unknown)}; known: {', '.join(scenarios)}", file=sys.stderr)
+        return 2
+    report_dir: Path = args.report_dir or default_report_dir()
+    shown = str(report_dir)
+    total = len(names) * len(MODES) * args.repeat
+    done: list[RunResult] = []
+    started = time.monotonic()
+    print(f"kubemesh: {len(names)} scenarios x {len(MODES)} modes x {args.repeat} = {total} runs, a fresh mesh "
+          f"each; reports in {shown}", flush=True)
+
+    def on_result(r: RunResult) -> None:
+        done.append(r)
+        flag = "ok  " if r.ok else "FAIL"
+        print(f"[{len(done):>3}/{total}] {flag} {r.scenario:<26} {r.mode:<5} seed={r.seed:<7} {r.outcome:<12} "
+              f"{r.wall_s:5.1f}s wall {r.cluster_s:6.0f}s cluster", flush=True)
+        if args.verbose or not r.ok:
+            print(f"           {r.summary}", flush=True)
+
+    def progress(line: str) -> None:
+        if args.verbose:
+            print(f"           {line}", flush=True)
+
+    for name in names:
+        await run_scenario(scenarios[name], modes=MODES, repeat=args.repeat, seed=args.seed,
+                           clock_rate=args.clock_rate, report_dir=report_dir, log=progress, on_result=on_result)
+    print()
+    print_table(table(done, names))
+    bad = [r for r in done if not r.ok]
+    print()
+    print(f"{len(done) - len(bad)}/{len(done)} runs as expected in {time.monotonic() - started:.0f} s; "
+          f"reports (verdict.txt, timeline.html, history.jsonl per run): {shown}")
+    for r in bad:
+        print(f"  not as expected: {r.scenario} {r.mode} seed={r.seed}: {r.outcome}: {r.summary} ({r.report})")
+    return 0 if not bad else 1
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The main job's flags."""
+    p = argparse.ArgumentParser(prog="python -m scenarios.main", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("names", nargs="*", help="scenarios to run (default: all)")
+    p.add_argument("--repeat", type=int, default=1, help="runs per scenario and mode")
+    p.add_argument("--seed", type=int, default=1, help="seed of the first run of each scenario (default 1)")
+    p.add_argument("--clock-rate", type=float, default=None, help="override every scenario's clock rate")
+    p.add_argument("--report-dir", type=Path, default=None, help="default: ./kubemesh-reports/<timestamp>")
+    p.add_argument("-v", "--verbose", action="store_true", help="print every scenario step")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point."""
+    try:
+        args = parse_args(argv)
+        args.report_dir = (args.report_dir or default_report_dir()).absolute()
+        return asyncio.run(main_async(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

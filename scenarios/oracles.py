@@ -1,0 +1,137 @@
+"""Oracles: liveness (must happen within T of cluster time) and safety (must never happen).
+
+An oracle observes; it never guesses. `eventually` polls a probe until it holds or the deadline
+passes, `never` polls a probe for a violation during a period, and `decide` turns what was seen
+into a verdict:
+
+* the symptom of the bug was observed and the healthy outcome was not: `reproduced`;
+* the healthy outcome was observed and the symptom was not: `prevented`;
+* anything else (both, or neither, or a probe that could not tell): `inconclusive`, with why.
+
+The history helpers (`select`, `first`) query the apiserver's records (see
+`apiserver.history`): requests, writes, deliveries and fault operations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scenarios.framework import ScenarioContext, Verdict
+
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observation:
+    """The result of one oracle: whether its property held, when it was decided, and the evidence."""
+
+    what: str
+    held: bool
+    """eventually: it happened in time. never: no violation was seen."""
+    at: float | None = None
+    """Cluster time when it happened (eventually) or was violated (never)."""
+    value: Any = None
+    """What the probe returned when it decided (the object, the violation)."""
+
+    def describe(self, t0: float = 0.0) -> str:
+        """One line for the report."""
+        when = f" at t={self.at - t0:.1f}s" if self.at is not None else ""
+        return f"{self.what}: {'held' if self.held else 'violated'}{when}"
+
+
+async def eventually(ctx: ScenarioContext, what: str, probe: Callable[[], Awaitable[Any]], *,
+                     within: float) -> Observation:
+    """Liveness: `probe` returns something truthy within `within` cluster seconds."""
+    value = await ctx.until(probe, within=within)
+    return Observation(what=what, held=bool(value), at=ctx.now() if value else None, value=value)
+
+
+async def never(ctx: ScenarioContext, what: str, probe: Callable[[], Awaitable[Any]], *,
+                during: float) -> Observation:
+    """Safety: `probe` (which returns the violation, or something falsy) stays falsy for `during`."""
+    value = await ctx.until(probe, within=during)
+    return Observation(what=what, held=not value, at=ctx.now() if value else None, value=value)
+
+
+def decide(*, symptom: bool | None, healthy: bool | None, reproduced: str, prevented: str,
+           inconclusive: str = "", evidence: Iterable[str] = ()) -> Verdict:
+    """The three-valued verdict (see the module docstring); None means the probe could not tell."""
+    ev = tuple(evidence)
+    if symptom and not healthy:
+        return Verdict(outcome="reproduced", summary=reproduced, evidence=ev)
+    if healthy and not symptom and symptom is not None:
+        return Verdict(outcome="prevented", summary=prevented, evidence=ev)
+    why = inconclusive or ("both the symptom and the healthy outcome were observed" if symptom and healthy
+                           else "neither the symptom nor the healthy outcome was observed")
+    return Verdict(outcome="inconclusive", summary=why, evidence=ev)
+
+
+def inconclusive(reason: str, evidence: Iterable[str] = ()) -> Verdict:
+    """A verdict for a run that could not decide (setup failed, a precondition never held)."""
+    return Verdict(outcome="inconclusive", summary=reason, evidence=tuple(evidence))
+
+
+# -- history queries ---------------------------------------------------------------------------
+
+
+def select(records: Iterable[Record], *, type: str | None = None, resource: str | None = None,
+           event: str | None = None, key: str | None = None, component: str | None = None,
+           verb: str | None = None, after: float | None = None, before: float | None = None) -> list[Record]:
+    """Records matching every given field (`after`/`before` on cluster time, inclusive)."""
+    out = []
+    for r in records:
+        if type is not None and r.get("type") != type:
+            continue
+        if resource is not None and r.get("resource") != resource:
+            continue
+        if event is not None and r.get("event") != event:
+            continue
+        if key is not None and r.get("key") != key:
+            continue
+        if component is not None and r.get("component") != component:
+            continue
+        if verb is not None and r.get("verb") != verb:
+            continue
+        t = float(r.get("time") or 0.0)
+        if after is not None and t < after:
+            continue
+        if before is not None and t > before:
+            continue
+        out.append(r)
+    return out
+
+
+def first(records: Sequence[Record], **match: Any) -> Record | None:
+    """The first record matching (see `select`), or None."""
+    found = select(records, **match)
+    return found[0] if found else None
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    """A status condition of an object by type."""
+    for c in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if isinstance(c, dict) and c.get("type") == type_:
+            return c
+    return None
+
+
+def taint_keys(node: dict[str, Any] | None) -> set[str]:
+    """`key:effect` of every taint on a node."""
+    return {f"{t.get('key')}:{t.get('effect')}" for t in ((node or {}).get("spec") or {}).get("taints") or ()}
+
+
+def is_terminating(pod: dict[str, Any] | None) -> bool:
+    """Whether a pod has a deletionTimestamp."""
+    return bool(((pod or {}).get("metadata") or {}).get("deletionTimestamp"))
+
+
+def is_running(pod: dict[str, Any] | None) -> bool:
+    """Whether a pod's phase is Running."""
+    return ((pod or {}).get("status") or {}).get("phase") == "Running"
+
+
+def node_name(pod: dict[str, Any] | None) -> str:
+    """`spec.nodeName` of a pod ("" when unscheduled)."""
+    return str(((pod or {}).get("spec") or {}).get("nodeName") or "")

@@ -1,0 +1,67 @@
+"""Builders of the objects scenarios create (plain dicts, as on the wire)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.kinds import Obj
+
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def pod(name: str, *, labels: dict[str, str] | None = None, node_selector: dict[str, str] | None = None,
+        node_name: str | None = None, cpu: str | None = None, memory: str | None = None,
+        limits: dict[str, str] | None = None, anti_affinity: dict[str, str] | None = None,
+        priority_class: str | None = None, preemption_policy: str | None = None,
+        tolerations: list[dict[str, Any]] | None = None, grace: int | None = None,
+        namespace: str = "default") -> Obj:
+    """A one-container pod; `anti_affinity` is a required podAntiAffinity term per hostname."""
+    requests: dict[str, str] = {}
+    if cpu:
+        requests["cpu"] = cpu
+    if memory:
+        requests["memory"] = memory
+    container: dict[str, Any] = {"name": "main", "image": "registry.k8s.io/pause:3.9"}
+    if requests or limits:
+        container["resources"] = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+    spec: dict[str, Any] = {"containers": [container]}
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    if node_name:
+        spec["nodeName"] = node_name
+    if anti_affinity:
+        spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": dict(anti_affinity)}, "topologyKey": HOSTNAME}]}}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    if preemption_policy:
+        spec["preemptionPolicy"] = preemption_policy
+    if tolerations is not None:
+        spec["tolerations"] = tolerations
+    if grace is not None:
+        spec["terminationGracePeriodSeconds"] = grace
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})}, "spec": spec}
+
+
+def deployment(name: str, *, replicas: int = 1, strategy: str = "RollingUpdate", labels: dict[str, str] | None = None,
+               env: dict[str, str] | None = None, node_selector: dict[str, str] | None = None,
+               namespace: str = "default") -> Obj:
+    """A Deployment of one pause container."""
+    lbl = dict(labels or {"app": name})
+    container: dict[str, Any] = {"name": "main", "image": "registry.k8s.io/pause:3.9"}
+    if env:
+        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    tmpl_spec: dict[str, Any] = {"containers": [container]}
+    if node_selector:
+        tmpl_spec["nodeSelector"] = node_selector
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": namespace, "labels": lbl},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": lbl}, "strategy": {"type": strategy},
+                     "template": {"metadata": {"labels": lbl}, "spec": tmpl_spec}}}
+
+
+def priority_class(name: str, value: int) -> Obj:
+    """A PriorityClass."""
+    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+            "value": value}

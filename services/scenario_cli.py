@@ -1,0 +1,121 @@
+"""`kubemesh scenario list|run`: the historic races, run on a fresh mesh in buggy and fixed mode.
+
+    kubemesh scenario list [--json]
+    kubemesh scenario run NAME [--mode buggy|fixed|both] [--repeat N] [--seed S]
+                               [--clock-rate R] [--report-dir DIR] [--json]
+
+`run` starts a fresh mesh for each run, runs the scenario, checks its oracle and writes a report
+per run. Exit status 0 when every run had the outcome expected for its mode (reproduced in
+buggy mode, prevented in fixed mode), 1 otherwise. `--json` prints one object per run:
+`{"scenario", "mode", "seed", "outcome", "wall_s", "cluster_s", "report"}`.
+
+The scenarios live in the `scenarios` package, a layer above `services`; this module reaches
+it through `importlib` when a subcommand runs, so that `services` keeps importing nothing above
+it. Registered with `services.cli` through `register_command` when imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from services.cli import Command, positive_float, positive_int, register_command
+
+
+def _scenarios_module(name: str) -> Any:
+    return importlib.import_module(f"scenarios.{name}")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The `scenario` subcommand's arguments."""
+    sub = parser.add_subparsers(dest="scenario_command", metavar="ACTION", required=True)
+    lst = sub.add_parser("list", help="list the scenarios")
+    lst.add_argument("--json", action="store_true", help="one JSON object per scenario")
+    run = sub.add_parser("run", help="run a scenario on fresh meshes and report")
+    run.add_argument("name", help="scenario name (see `kubemesh scenario list`), or `all`")
+    run.add_argument("--mode", choices=("buggy", "fixed", "both"), default="both",
+                     help="buggy: the scenario's bug switches on; fixed: all off (default: both)")
+    run.add_argument("--repeat", type=positive_int, default=1, help="runs per mode, seeds S, S+1, ...")
+    run.add_argument("--seed", type=int, default=None, help="seed of the first run (default: random)")
+    run.add_argument("--clock-rate", type=positive_float, default=None,
+                     help="cluster seconds per wall second (default: the scenario's, usually 60)")
+    run.add_argument("--report-dir", type=Path, default=None,
+                     help="where the reports go (default: ./kubemesh-reports/<timestamp>)")
+    run.add_argument("--json", action="store_true", help="print one JSON object per run")
+
+
+def run(args: argparse.Namespace) -> Any:
+    """Dispatch `list` or `run`."""
+    if args.scenario_command == "list":
+        return _list(args)
+    if args.report_dir is None:
+        args.report_dir = _scenarios_module("running").default_report_dir()
+    args.report_dir = Path(args.report_dir).absolute()
+    return _run(args)
+
+
+def _list(args: argparse.Namespace) -> int:
+    running = _scenarios_module("running")
+    scenarios = running.catalog()
+    if args.json:
+        for s in scenarios.values():
+            print(json.dumps({"name": s.name, "summary": s.summary, "upstream": list(s.upstream),
+                              "bugs": list(s.bugs), "needsChaos": s.needs_chaos}))
+        return 0
+    width = max(len(n) for n in scenarios)
+    for s in scenarios.values():
+        bugs = ",".join(s.bugs) or "-"
+        print(f"{s.name:<{width}}  {s.summary}")
+        print(f"{'':<{width}}  upstream: {', '.join(s.upstream)}; buggy mode: {bugs}")
+    return 0
+
+
+async def _run(args: argparse.Namespace) -> int:
+    running = _scenarios_module("running")
+    scenarios = running.catalog()
+    names = list(scenarios) if args.name == "all" else [args.name]
+    unknown = [n for n in names if n not in scenarios]
+    if unknown:
+        print(f"unknown scenario {unknown[0]!r}; known: {', '.join(scenarios)}", file=sys.stderr)
+        return 2
+    modes = ("buggy", "fixed") if args.mode == "both" else (args.mode,)
+    report_dir = args.report_dir
+    ok = True
+
+    def progress(line: str) -> None:
+        if not args.json:
+            print(f"    {line}", flush=True)
+
+    def on_result(r: Any) -> None:
+        if args.json:
+            print(json.dumps(r.public()), flush=True)
+        else:
+            mark = "ok  " if r.ok else "FAIL"
+            print(f"[{mark}] {r.scenario} {r.mode} seed={r.seed}: {r.outcome} (expected {r.expected}) "
+                  f"wall {r.wall_s:.1f}s cluster {r.cluster_s:.0f}s\n       {r.summary}\n       report: {r.report}",
+                  flush=True)
+
+    for name in names:
+        results = await running.run_scenario(scenarios[name], modes=modes, repeat=args.repeat, seed=args.seed,
+                                             clock_rate=args.clock_rate, report_dir=report_dir,
+                                             log=progress if not args.json else None, on_result=on_result)
+        ok = ok and all(r.ok for r in results)
+        if not args.json and len(results) > 1:
+            for mode in modes:
+                rs = [r for r in results if r.mode == mode]
+                good = sum(1 for r in rs if r.ok)
+                walls = sorted(r.wall_s for r in rs)
+                print(f"{name} {mode}: {good}/{len(rs)} as expected; wall s min {walls[0]:.1f} "
+                      f"median {walls[len(walls) // 2]:.1f} max {walls[-1]:.1f}")
+    if not args.json:
+        print(f"reports: {report_dir}")
+    return 0 if ok else 1
+
+
+COMMAND = register_command(Command(
+    name="scenario", help="run the historic races in buggy and fixed mode, with reports",
+    description=__doc__, configure=configure, run=run))
