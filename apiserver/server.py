@@ -36,7 +36,7 @@ from apiserver.serving import HUB, MAX_BODY, REGISTRY, Api, identity, read_body,
 from apiserver.storage import Backend, LogBackend, MemoryBackend, Store
 from apiserver.watching import Item, Watcher, WatchHub, WatchSettings
 from services.certs import server_context
-from services.clock import ClusterClock
+from services.clock import ClusterClock, component_rng
 from services.kinds import Kind, Obj, key_of
 
 OPEN_PATHS: Final = frozenset({"/healthz", "/livez", "/readyz"})
@@ -68,6 +68,10 @@ class ServerSettings:
     """Records kept in the history ring."""
     history_deliveries: bool = True
     """Record every watch delivery (the timeline of a race); off only for benchmarks."""
+    chaos: bool = True
+    """Serve the chaos front door (tests that install it with their own clock turn this off)."""
+    chaos_forward_timeout: float = 5.0
+    """Wall seconds a fault forwarded to a kubelet or component may take before its outcome is `info`."""
 
 
 @dataclass(slots=True)
@@ -274,6 +278,13 @@ def build_app(settings: ServerSettings) -> web.Application:
 
     async def on_cleanup(app: web.Application) -> None:
         store.close()
+
+    # The chaos front door: faults enforced here (requests, watch streams, stale reads) and
+    # forwarded to kubelets and components' admin endpoints (see apiserver/chaos.py).
+    if settings.chaos:
+        from apiserver.chaos import install as install_chaos
+        install_chaos(app, rng=component_rng(settings.seed, component="apiserver", instance="chaos"),
+                      token=settings.token, forward_timeout=settings.chaos_forward_timeout)
 
     app.cleanup_ctx.append(compactor)
     app.on_shutdown.append(on_shutdown)

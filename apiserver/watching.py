@@ -149,7 +149,7 @@ class Watcher:
         self.id = next(_ids)
         self.taps: list[Tap] = []
         self.on_deliver: Deliver | None = None
-        self.suppress_bookmarks = False
+        self._suppress_bookmarks = False
 
     # ------------------------------------------------------------------------------ selection
 
@@ -223,6 +223,21 @@ class Watcher:
             obj = event.object_for(use_prev=use_prev)
             return encode_event(type_, tables.watch_event_table(self.kind, obj, now=self._now()), "json")
         return event.frame(type_, self.encoding, use_prev=use_prev)
+
+    @property
+    def suppress_bookmarks(self) -> bool:
+        """Whether bookmarks are withheld (chaos sets it while it holds events back)."""
+        return self._suppress_bookmarks
+
+    @suppress_bookmarks.setter
+    def suppress_bookmarks(self, value: bool) -> None:
+        self._suppress_bookmarks = value
+        # A stream waiting without a timeout (bookmarks suppressed) must re-arm its timer.
+        self.wake()
+
+    def wake(self) -> None:
+        """Make the writer re-check its queue and bookmark timer."""
+        self._wake.set()
 
     def _idle(self) -> bool:
         # Re-read after the wait: events may have arrived while we slept.

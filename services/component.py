@@ -41,16 +41,17 @@ import os
 import random
 import socket
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import orjson
 from aiohttp import web
 from structlog.typing import FilteringBoundLogger
 
-from services import codec
+from services import chaospoints, codec
 from services.admin import AdminServer, AdminSettings, json_response, status_response
 from services.bugs import UnknownBugError, parse_bugs, split_names
+from services.chaospoints import Freezable
 from services.client import ApiClient, ApiError, NotFoundError
 from services.clock import Clock, ClusterClock, component_rng
 from services.logs import LEVELS, configure_logging
@@ -121,6 +122,8 @@ class ComponentContext:
     """The parsed command line (common and component flags)."""
     token: str | None = None
     """The bearer token this process uses and requires (None: no authentication)."""
+    informers: dict[str, Freezable] = field(default_factory=dict)
+    """The component's informers by resource name; chaos can freeze one (a stale cache)."""
 
     def spawn(self, coro: Coroutine[Any, Any, T], *, name: str, finishable: bool = False) -> TaskHandle[T]:
         """Start a named, supervised long-lived task (see `Supervisor.spawn`)."""
@@ -292,6 +295,8 @@ def install_chaos_routes(ctx: ComponentContext) -> None:
     ctx.admin.add_route("POST", "/chaos/pause", pause)
     ctx.admin.add_route("POST", "/chaos/resume", resume)
     ctx.admin.add_route("GET", "/debug/tasks", tasks)
+    # Informer freezes, named chaos points and crashes (see services.chaospoints).
+    chaospoints.install_routes(ctx.admin, informers=lambda: ctx.informers)
 
 
 async def run_component(*, component: str, run: Run, args: argparse.Namespace, instance: str,

@@ -58,7 +58,8 @@ import yaml
 from services import bugs as bug_switches
 
 if TYPE_CHECKING:
-    from services.client import ApiClient
+    from services.chaos_client import Chaos
+from services.client import ApiClient
 
 APISERVER: Final = "apiserver"
 KUBELET: Final = "kubelet"
@@ -478,6 +479,7 @@ class Mesh:
         self._stopped = False
         self.ready_seconds: float | None = None
         """Wall seconds `start()` took, once it returned."""
+        self._chaos: Chaos | None = None
 
     # -- public properties ------------------------------------------------------------------
 
@@ -517,6 +519,13 @@ class Mesh:
     def processes(self) -> list[ProcessInfo]:
         """Every process of the mesh, in start order."""
         return [p.info() for p in self._procs]
+
+    @property
+    def chaos(self) -> Chaos:
+        """The chaos front door of this mesh (`async with mesh.chaos.fault(...)`, `power_off`...)."""
+        if self._chaos is None:
+            self._chaos = Chaos(self.apiserver_url, self.token, ca_file=str(self.ca_path) if self.tls else None)
+        return self._chaos
 
     def client(self, component: str = "test", *, instance: str | None = None) -> ApiClient:
         """An `ApiClient` for this mesh, identifying itself as `component` (msgpack encoding)."""
@@ -581,6 +590,9 @@ class Mesh:
         if self._stopped:
             return
         self._stopped = True
+        if self._chaos is not None:
+            await self._chaos.close()
+            self._chaos = None
         try:
             await self._terminate([p for p in self._procs if p.component != APISERVER])
             await self._terminate([p for p in self._procs if p.component == APISERVER])
