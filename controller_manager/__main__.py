@@ -7,23 +7,19 @@ Usage: `python -m controller_manager --apiserver URL [--controllers node-lifecyc
 
 from __future__ import annotations
 
-import importlib.util
+import argparse
 import sys
 
-from controller_manager.settings import add_arguments
+from controller_manager.running import add_arguments, run
+from services import component
 
 
 def main() -> int:
-    """Run in the shared component runtime, or the fallback bootstrap until it exists."""
-    if importlib.util.find_spec("services.component") is not None:
-        from controller_manager.standalone import run
-        from services import component  # type: ignore[attr-defined,unused-ignore]
-
-        result = component.main(component="controller_manager", run=run, add_arguments=add_arguments)
-        return int(result or 0)
-    from controller_manager import standalone
-
-    return standalone.main()
+    """Run the controller-manager in the shared component runtime; the process exit code."""
+    parser = argparse.ArgumentParser(prog="python -m controller_manager",
+                                     description="kubemesh kube-controller-manager")
+    add_arguments(parser)
+    return component.main(component="controller_manager", run=run, parser=parser)
 
 
 if __name__ == "__main__":

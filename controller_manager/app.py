@@ -1,11 +1,14 @@
-"""Wiring: shared informers, work queues, controllers, events, leader election, debug route.
+"""Wiring: shared informers, work queues, controllers, events, leader election, debug document.
 
 One informer per kind, shared by every controller of the process (as upstream's
 SharedInformerFactory); handlers only enqueue keys; workers reconcile from the caches. The
 informers start before leader election (warm caches); the controllers run only while this
-instance leads (`--leader-elect`), so a second controller-manager waits and takes over when
-the first dies or stalls past the lease duration. Node health is in memory only: a new leader
-starts every node's grace clock afresh ("assuming now"), as upstream.
+instance leads (`--leader-elect`, `services.electing` on `kube-system/kube-controller-manager`),
+so a second controller-manager waits and takes over when the first dies or stalls past the
+lease duration. A leader that cannot renew in time stops its controllers and `lead` raises
+`LeadershipLost`: the process then exits non-zero, as kube-controller-manager does, and its
+supervisor restarts it. Node health is in memory only: a new leader starts every node's grace
+clock afresh ("assuming now"), as upstream.
 """
 
 from __future__ import annotations
@@ -20,9 +23,7 @@ import structlog
 
 from controller_manager.daemonset import DaemonSetController
 from controller_manager.deployment import DeploymentController
-from controller_manager.eventing import EventRecorder
 from controller_manager.garbagecollector import GarbageCollector
-from controller_manager.leasing import ElectionSettings, LeaseElector
 from controller_manager.nodelifecycle import NODE_LEASE_NAMESPACE, NodeLifecycleController
 from controller_manager.objects import index_by_namespace, index_by_node, index_by_owner, index_by_uid
 from controller_manager.podgc import PodGC
@@ -31,11 +32,17 @@ from controller_manager.settings import ControllerManagerSettings
 from controller_manager.tainteviction import TaintEvictionController
 from services.client import ApiClient
 from services.clock import Clock
+from services.electing import LeaderElectionSettings, LeaderElector, LeadershipLost
+from services.eventing import EventRecorder
 from services.informing import DeletedFinalStateUnknown, Informer
 from services.kinds import DAEMONSETS, DEPLOYMENTS, LEASES, NODES, PODS, REPLICASETS, Kind, Obj, key_of
 from services.queueing import WorkQueue, run_workers
 
 _log = structlog.get_logger("controller_manager")
+
+COMPONENT = "kube-controller-manager"
+"""The default reporting component of events (each controller reports as itself)."""
+LEASE_NAME = "kube-controller-manager"
 
 WORKLOAD_INDEXES = {"namespace": index_by_namespace, "owner": index_by_owner, "uid": index_by_uid}
 
@@ -65,7 +72,7 @@ class ControllerManager:
     nodelifecycle: NodeLifecycleController | None = None
     tainteviction: TaintEvictionController | None = None
     podgc: PodGC | None = None
-    elector: LeaseElector | None = None
+    elector: LeaderElector | None = None
     started: float = 0.0
     _handlers: dict[str, list[tuple[AddFn | None, UpdateFn | None, DeleteFn | None]]] = field(default_factory=dict)
 
@@ -86,7 +93,7 @@ class ControllerManager:
             "daemonsets": Informer(c, DAEMONSETS, clock=clock, rng=self.rng, name="kcm/daemonsets",
                                    indexers=WORKLOAD_INDEXES),
         }
-        self.recorder = EventRecorder(clock=clock, api=c, host=self.instance)
+        self.recorder = EventRecorder(c, clock=clock, component=COMPONENT, instance=self.instance)
         # One dispatcher per informer, registered once: each leadership term installs fresh
         # controllers' handlers in `_handlers` (informers have no way to remove handlers).
         for name, informer in self.informers.items():
@@ -122,27 +129,30 @@ class ControllerManager:
             for o in self.informers[name].list():
                 on_add(o, True)
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Start informers, then (while leading) the controllers, until `stop` is set."""
-        self.started = self.clock.now()
-        assert self.recorder is not None
-        async with asyncio.TaskGroup() as tg:
-            tasks = [tg.create_task(inf.run(), name=f"informer:{name}") for name, inf in self.informers.items()]
-            tasks.append(tg.create_task(self.recorder.run(), name="events"))
-            tasks.append(tg.create_task(self._lead(), name="controllers"))
-            await stop.wait()
-            for t in reversed(tasks):  # controllers first, informers last
-                t.cancel()
+    def synced(self) -> bool:
+        """Whether every informer has synced (the readiness check)."""
+        return all(i.has_synced for i in self.informers.values())
 
-    async def _lead(self) -> None:
+    async def lead(self) -> None:
+        """Wait for the caches, then run the controllers (while leading, with `--leader-elect`).
+
+        Raises:
+            LeadershipLost: the lease could not be renewed in time; the controllers were stopped.
+        """
+        self.started = self.clock.now()
         for inf in self.informers.values():
             await inf.wait_for_sync()
-        if self.settings.leader_elect:
-            self.elector = LeaseElector(self.client, settings=ElectionSettings(), identity=self.instance,
-                                        clock=self.clock)
-            await self.elector.run(self._controllers)
-        else:
+        if not self.settings.leader_elect:
             await self._controllers()
+            return
+        self.elector = LeaderElector(self.client, settings=LeaderElectionSettings(name=LEASE_NAME),
+                                     identity=self.instance, clock=self.clock,
+                                     rng=random.Random(self.rng.getrandbits(64)))
+        try:
+            await self.elector.run(self._controllers)
+        except LeadershipLost:
+            _log.error("leader election lost; exiting so that the process is restarted", identity=self.instance)
+            raise
 
     async def _controllers(self) -> None:
         """Build fresh controllers (no memory from a previous term) and run them."""

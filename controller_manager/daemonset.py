@@ -23,7 +23,6 @@ from typing import Any
 
 import structlog
 
-from controller_manager.eventing import ComponentRecorder
 from controller_manager.expectations import Expectations
 from controller_manager.objects import (
     NO_EXECUTE,
@@ -43,13 +42,13 @@ from controller_manager.objects import (
     is_ready,
     node_name_of,
     phase,
-    taints_of,
-    tolerates_all,
 )
 from controller_manager.replicaset import pod_from_template, random_suffix, selector_of
 from services.client import NotFoundError
 from services.clock import Clock
+from services.eventing import ComponentRecorder
 from services.kinds import DAEMONSETS, PODS, Obj, key_of, labels_of, meta, name_of, namespace_of, uid_of
+from services.podutil import taints_of, tolerates_all
 from services.queueing import Result
 
 _log = structlog.get_logger("controller_manager.daemonset")

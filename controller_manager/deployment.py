@@ -41,7 +41,6 @@ from typing import Any
 import orjson
 import structlog
 
-from controller_manager.eventing import ComponentRecorder
 from controller_manager.objects import (
     Api,
     IndexedStore,
@@ -56,6 +55,7 @@ from controller_manager.objects import (
 from controller_manager.replicaset import SUFFIX_ALPHABET, claim, selector_of
 from services.client import AlreadyExistsError, ConflictError, NotFoundError
 from services.clock import Clock, format_time
+from services.eventing import ComponentRecorder
 from services.kinds import DEPLOYMENTS, REPLICASETS, Obj, key_of, labels_of, meta, name_of, namespace_of, uid_of
 from services.queueing import Result
 

@@ -41,7 +41,6 @@ from typing import Any
 
 import structlog
 
-from controller_manager.eventing import ComponentRecorder
 from controller_manager.objects import (
     NO_EXECUTE,
     NO_SCHEDULE,
@@ -61,14 +60,15 @@ from controller_manager.objects import (
     is_terminating,
     node_name_of,
     now_str,
-    taints_of,
     ts,
 )
 from controller_manager.settings import NodeLifecycleSettings
 from controller_manager.zones import Disruption, TimedValue, excluded_from_disruption, zone_key
 from services.client import ConflictError, NotFoundError
 from services.clock import Clock
+from services.eventing import ComponentRecorder
 from services.kinds import NODES, PODS, Obj, name_of, namespace_of, rv_of, uid_of
+from services.podutil import taints_of
 
 _log = structlog.get_logger("controller_manager.nodelifecycle")
 

@@ -1,18 +1,19 @@
 """Reading and building the object fields the controllers reason about (pure helpers).
 
-Conditions, taints and tolerations, owner references, pod phases and readiness, and the
-protocols (`Api`, `Store`) the controllers are written against: `services.client.ApiClient`
-and `services.informing.Informer` satisfy them, and the unit tests pass in-memory fakes.
+Conditions, taint keys, owner references, pod phases and readiness (taint and toleration
+matching is `services.podutil`), and the protocols (`Api`, `Store`) the controllers are
+written against: `services.client.ApiClient` and `services.informing.Informer` satisfy them,
+and the unit tests pass in-memory fakes.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable
 from typing import Any, Final, Literal, Protocol
 
 from services.clock import format_time, parse_time
 from services.kinds import Obj, meta, uid_of
+from services.podutil import taints_of
 
 PatchType = Literal["merge", "strategic", "json", "apply"]
 
@@ -121,43 +122,9 @@ def condition_status(obj: Obj, ctype: str) -> str | None:
 # -- taints and tolerations -------------------------------------------------------------------
 
 
-def taints_of(node: Obj) -> list[dict[str, Any]]:
-    """spec.taints (never None)."""
-    taints = (node.get("spec") or {}).get("taints")
-    return taints if isinstance(taints, list) else []
-
-
 def has_taint(node: Obj, key: str, effect: str | None = None) -> bool:
     """Whether the node carries a taint with this key (and effect)."""
     return any(t.get("key") == key and (effect is None or t.get("effect") == effect) for t in taints_of(node))
-
-
-def toleration_matches(tol: dict[str, Any], taint: dict[str, Any]) -> bool:
-    """Kubernetes' `Toleration.ToleratesTaint`."""
-    effect = tol.get("effect") or ""
-    if effect and effect != taint.get("effect"):
-        return False
-    key = tol.get("key") or ""
-    if key and key != taint.get("key"):
-        return False
-    op = tol.get("operator") or "Equal"
-    if op == "Exists":
-        return True
-    if op == "Equal":
-        return (tol.get("value") or "") == (taint.get("value") or "")
-    return False
-
-
-def tolerations_of(pod: Obj) -> list[dict[str, Any]]:
-    """spec.tolerations (never None)."""
-    tols = (pod.get("spec") or {}).get("tolerations")
-    return tols if isinstance(tols, list) else []
-
-
-def tolerates_all(tolerations: Iterable[dict[str, Any]], taints: Iterable[dict[str, Any]]) -> bool:
-    """Whether every taint is tolerated by at least one toleration."""
-    tols = list(tolerations)
-    return all(any(toleration_matches(t, taint) for t in tols) for taint in taints)
 
 
 # -- pods -------------------------------------------------------------------------------------

@@ -29,7 +29,6 @@ from typing import Any
 
 import structlog
 
-from controller_manager.eventing import ComponentRecorder
 from controller_manager.expectations import Expectations
 from controller_manager.objects import (
     Api,
@@ -48,6 +47,7 @@ from controller_manager.objects import (
 )
 from services.client import AlreadyExistsError, ConflictError, NotFoundError
 from services.clock import Clock
+from services.eventing import ComponentRecorder
 from services.kinds import PODS, REPLICASETS, Obj, key_of, labels_of, meta, name_of, namespace_of, uid_of
 from services.queueing import Result
 from services.selectors import LabelSelector, label_selector_from_dict

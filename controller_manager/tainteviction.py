@@ -26,7 +26,6 @@ from typing import Any, Literal
 
 import structlog
 
-from controller_manager.eventing import ComponentRecorder
 from controller_manager.objects import (
     NO_EXECUTE,
     Api,
@@ -35,13 +34,12 @@ from controller_manager.objects import (
     is_terminating,
     node_name_of,
     now_str,
-    taints_of,
-    toleration_matches,
-    tolerations_of,
 )
 from services.client import NotFoundError
 from services.clock import Clock
+from services.eventing import ComponentRecorder
 from services.kinds import PODS, Obj, key_of, name_of, namespace_of
+from services.podutil import taints_of, toleration_matches, tolerations_of
 from services.queueing import Result
 
 _log = structlog.get_logger("controller_manager.tainteviction")

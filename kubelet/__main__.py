@@ -7,22 +7,18 @@ Usage: `python -m kubelet --apiserver URL --nodes N [--node-prefix P] [--node-of
 
 from __future__ import annotations
 
-import importlib.util
+import argparse
 import sys
 
 from kubelet.running import add_arguments, run
+from services import component
 
 
 def main() -> int:
-    """Run the kubelet in the shared component runtime (or the fallback bootstrap)."""
-    if importlib.util.find_spec("services.component") is not None:
-        from services import component  # type: ignore[attr-defined,unused-ignore]
-
-        result = component.main(component="kubelet", run=run, add_arguments=add_arguments)
-        return int(result or 0)
-    from kubelet import standalone
-
-    return standalone.main()
+    """Run the kubelet in the shared component runtime; the process exit code."""
+    parser = argparse.ArgumentParser(prog="python -m kubelet", description="kubemesh kubelet (many nodes)")
+    add_arguments(parser)
+    return component.main(component="kubelet", run=run, parser=parser)
 
 
 if __name__ == "__main__":

@@ -39,11 +39,12 @@ import structlog
 
 from kubelet.lifecycle import PodMachine
 from kubelet.pressure import eviction_message, pressure_rejection, rank_for_memory_eviction
-from kubelet.resources import Resources, admit, parse_quantity, pod_requests
+from kubelet.resources import Resources, admit, pod_requests
 from kubelet.settings import KubeletSettings
 from services.client import ConflictError, NotFoundError, PatchType
 from services.clock import Clock
 from services.kinds import PODS, Kind, Obj, name_of, namespace_of, uid_of
+from services.quantities import parse_quantity
 from services.queueing import Result, WorkQueue
 
 log = structlog.get_logger("kubelet.podworking")

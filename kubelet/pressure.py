@@ -24,8 +24,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from kubelet.resources import Rejection, parse_quantity, qos_class
+from kubelet.resources import Rejection, qos_class
 from services.kinds import Obj
+from services.podutil import tolerates, tolerations_of
+from services.quantities import parse_quantity
 
 USAGE_ANNOTATION: Final = "kubemesh.io/memory-usage"
 CRITICAL_PRIORITY: Final = 2_000_000_000
@@ -80,13 +82,11 @@ def rank_for_memory_eviction(pods: Iterable[Obj], *, default_container_usage: in
     return sorted(pods, key=key)
 
 
+MEMORY_PRESSURE_TAINT: Final = {"key": "node.kubernetes.io/memory-pressure", "effect": "NoSchedule"}
+
+
 def _tolerates_memory_pressure(pod: Obj) -> bool:
-    for t in (pod.get("spec") or {}).get("tolerations") or []:
-        if t.get("operator") == "Exists" and not t.get("key"):
-            return True
-        if t.get("key") == "node.kubernetes.io/memory-pressure" and t.get("effect") in (None, "", "NoSchedule"):
-            return True
-    return False
+    return tolerates(tolerations_of(pod), MEMORY_PRESSURE_TAINT)
 
 
 def pressure_rejection(pod: Obj, *, conditions: Mapping[str, str]) -> Rejection | None:

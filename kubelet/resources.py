@@ -2,8 +2,7 @@
 
 Guarantees:
 
-* `parse_quantity` accepts Kubernetes quantities (`100m`, `1.5`, `2Gi`, `1e3`, `500M`) and
-  rejects anything else with `ValueError`; values are exact (`Fraction`), never floats.
+* Quantities are parsed by `services.quantities` (exact, `ValueError` on anything invalid).
 * A pod's effective request is upstream's: the larger of the sum over app containers and the
   largest init container, plus `spec.overhead`; a container's request defaults to its limit.
 * `admit` answers what the kubelet's admission answers: the first resource that does not fit
@@ -13,54 +12,12 @@ Guarantees:
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, Final
 
 from services.kinds import Obj
-
-_BINARY: Final = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL: Final[dict[str, Fraction | int]] = {
-    "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": 1,
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
-_QUANTITY: Final = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE]([+-]?\d+))?$")
-
-
-def parse_quantity(value: str | float) -> Fraction:
-    """A Kubernetes quantity as an exact number (`"250m"` → 1/4, `"1Gi"` → 1073741824)."""
-    if isinstance(value, int | float):
-        return Fraction(value)
-    m = _QUANTITY.match(value.strip())
-    if m is None:
-        raise ValueError(f"invalid quantity {value!r}")
-    number = Fraction(m.group(1))
-    suffix, exponent = m.group(2), m.group(3)
-    if exponent is not None:
-        return number * Fraction(10) ** int(exponent)
-    factor: Fraction | int = _BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix or ""]
-    return number * factor
-
-
-def milli(value: Fraction) -> int:
-    """A quantity in thousandths, rounded up as Kubernetes' MilliValue does."""
-    return math.ceil(value * 1000)
-
-
-def format_cpu(millis: int) -> str:
-    """CPU millicores as Kubernetes prints them (`8`, `7900m`)."""
-    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
-
-
-def format_bytes(n: int) -> str:
-    """A byte count in the largest exact binary unit (`32Gi`, `31388Mi`)."""
-    for suffix, size in reversed(_BINARY.items()):
-        if n and n % size == 0:
-            return f"{n // size}{suffix}"
-    return str(n)
-
+from services.quantities import format_bytes, format_cpu, int_value, milli_value, parse_quantity
 
 _ORDER: Final = ("pods", "cpu", "memory", "ephemeral-storage")
 
@@ -98,7 +55,7 @@ class Resources:
         out: dict[str, int] = {}
         for name, q in quantities.items():
             value = parse_quantity(q if isinstance(q, str | int | float) else str(q))
-            out[name] = milli(value) if name == "cpu" else math.ceil(value)
+            out[name] = milli_value(value) if name == "cpu" else int_value(value)
         return cls(out)
 
     def to_quantities(self) -> dict[str, str]:

@@ -2,25 +2,22 @@
 
 `add_arguments` adds the kubelet's own flags to the common ones; `settings_from_args` turns
 them (and the bug switches) into `KubeletSettings`; `run` hosts the nodes inside the
-component runtime (`ComponentContext`): it builds a `KubeletHost`, mounts the admin routes on
-the admin endpoint, powers every node on and lives until the context's stop event (or
-cancellation), then powers every node off and closes the clients.
+component runtime (`services.component.ComponentContext`): it builds a `KubeletHost`, mounts
+the node routes on the admin endpoint, makes `/readyz` fail until every node has registered,
+powers every node on and lives until the context's stop event (or cancellation), then powers
+every node off and closes the clients.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
-
-from aiohttp import web
 
 from kubelet import admin
 from kubelet.hosting import KubeletHost
 from kubelet.settings import KubeletSettings, parse_capacity
-from services.clock import Clock
+from services.component import ComponentContext
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,58 +59,37 @@ def settings_from_args(args: argparse.Namespace, *, bugs: Iterable[str] = ()) ->
     )
 
 
-class Context(Protocol):
-    """What `run` needs of `services.component.ComponentContext`."""
+def _registered_check(host: KubeletHost) -> Callable[[], bool]:
+    """A readiness check: passes once every hosted node has registered."""
 
-    instance: str
-    clock: Clock
-    stop: asyncio.Event
+    def check() -> bool:
+        ready, total = host.ready_count(), len(host.nodes)
+        if ready < total:
+            raise RuntimeError(f"{ready}/{total} nodes registered")
+        return True
 
-
-def _admin_port(admin: Any) -> int:
-    for attr in ("port", "admin_port"):
-        value = getattr(admin, attr, None)
-        if isinstance(value, int):
-            return value
-    url = getattr(admin, "url", None) or getattr(admin, "admin_url", None)
-    if isinstance(url, str) and url.rsplit(":", 1)[-1].split("/")[0].isdigit():
-        return int(url.rsplit(":", 1)[-1].split("/")[0])
-    return 0
+    return check
 
 
-def _mount(admin_obj: Any, routes: list[web.RouteDef]) -> None:
-    for target in (admin_obj, getattr(admin_obj, "app", None), getattr(admin_obj, "router", None)):
-        add = getattr(target, "add_routes", None)
-        if callable(add):
-            add(routes)
-            return
-    raise RuntimeError("the admin endpoint does not accept routes")
+async def run(ctx: ComponentContext, args: argparse.Namespace) -> None:
+    """The kubelet's `run(ctx, args)` for `services.component.main`.
 
-
-async def run_host(host: KubeletHost, *, stop: asyncio.Event,
-                   mount: Callable[[list[web.RouteDef]], None] | None = None) -> None:
-    """Run `host` until `stop` is set or the task is cancelled; always stops the nodes."""
-    if not host.nodes:
-        host.build()
-    if mount is not None:
-        mount(admin.routes(host.nodes, clock=host.clock))
+    Builds the host, mounts the node routes and the `nodes-registered` readiness check on the
+    admin endpoint, powers every node on, and on stop powers every node off and closes the
+    nodes' clients (shielded, so that a cancellation during shutdown does not leak them).
+    """
+    settings = settings_from_args(args, bugs=ctx.bugs)
+    host = KubeletHost(settings=settings, base_url=ctx.client.base_url, instance=ctx.instance, clock=ctx.clock,
+                       rng=ctx.rng, admin_port=ctx.admin.port or 0, token=ctx.token, encoding=ctx.client.encoding)
+    host.build()
+    ctx.admin.add_routes(admin.routes(host.nodes, clock=ctx.clock))
+    ctx.admin.add_check("nodes-registered", _registered_check(host), endpoints=("readyz",))
     try:
         await host.start()
-        await stop.wait()
+        ctx.log.info("kubelet started", nodes=len(host.nodes), pod_watch=settings.pod_watch)
+        await ctx.stop.wait()
     finally:
-        with contextlib.suppress(Exception):
+        try:
             await asyncio.shield(host.stop())
-
-
-async def run(ctx: Any) -> None:
-    """The kubelet's `run(ctx)` for `services.component.main`."""
-    args = getattr(ctx, "args", None)
-    settings = getattr(ctx, "settings", None)
-    if not isinstance(settings, KubeletSettings):
-        settings = settings_from_args(args, bugs=getattr(ctx, "bugs", ())) if args is not None \
-            else KubeletSettings()
-    client = ctx.client
-    host = KubeletHost(settings=settings, base_url=client.base_url, instance=ctx.instance, clock=ctx.clock,
-                       rng=ctx.rng, admin_port=_admin_port(ctx.admin), token=getattr(ctx, "token", None),
-                       encoding=client.encoding)
-    await run_host(host, stop=ctx.stop, mount=lambda routes: _mount(ctx.admin, routes))
+        except Exception as exc:  # the nodes are going away regardless; do not fail the shutdown
+            ctx.log.warning("error while stopping the nodes", error=repr(exc))

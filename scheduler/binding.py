@@ -9,14 +9,15 @@
 * `delete_pod` deletes a preemption victim with a uid precondition and the pod's own grace
   period (victims terminate gracefully, as upstream); a victim already gone is not an error.
 * `get_node` answers None on 404, which is what the node-not-found check of #56622 needs.
-* `record_event` hands the event to the `EventRecorder` and returns at once.
+* `record_event` hands the event to the `services.eventing.EventRecorder` (action
+  `Scheduling`) and returns at once.
 """
 
 from __future__ import annotations
 
-from scheduler.eventing import EventRecorder
 from scheduler.podinfo import PodInfo
 from services.client import ApiClient, NotFoundError
+from services.eventing import EventRecorder
 from services.kinds import NODES, PODS, Obj
 
 
@@ -53,4 +54,4 @@ class ClientApi:
 
     def record_event(self, pod: Obj, *, type: str, reason: str, message: str) -> None:
         """Queue an event about the pod."""
-        self.events.record(pod, type=type, reason=reason, message=message)
+        self.events.record(pod, type=type, reason=reason, message=message, action="Scheduling")

@@ -33,21 +33,3 @@ def routes(document: Callable[[], Mapping[str, Any] | None]) -> list[web.RouteDe
         return web.json_response(dict(doc))
 
     return [web.get(PATH, handler)]
-
-
-def mount(admin: Any, route_defs: list[web.RouteDef]) -> bool:
-    """Add routes to the admin endpoint (`AdminServer.add_route`, an aiohttp app or its router)."""
-    add_route = getattr(admin, "add_route", None)
-    if callable(add_route):
-        for r in route_defs:
-            add_route(r.method, r.path, r.handler)
-        return True
-    for target in (admin, getattr(admin, "app", None), getattr(admin, "router", None)):
-        add = getattr(target, "add_routes", None)
-        if callable(add):
-            try:
-                add(route_defs)
-            except RuntimeError:
-                return False  # the router is frozen: the app is already running
-            return True
-    return False

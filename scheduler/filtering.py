@@ -28,13 +28,14 @@ raises `NodeNotFoundError` and the whole cycle fails with `node "X" not found` (
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from scheduler.caching import TAINT_MEMORY_PRESSURE, TAINT_UNSCHEDULABLE, NodeInfo
 from scheduler.podinfo import PodInfo
 from scheduler.queueing import Nominator
+from services.podutil import tolerates
 
 Pair = tuple[str, str]
 NodeLookup = Callable[[str], Mapping[str, Any] | None]
@@ -67,27 +68,6 @@ F_EXISTING_ANTI = Failure("InterPodAffinity", ("node(s) didn't satisfy existing 
 F_ANTI = Failure("InterPodAffinity", ("node(s) didn't match pod anti-affinity rules",))
 F_AFFINITY = Failure("InterPodAffinity", ("node(s) didn't match pod affinity rules",), True)
 F_GHOST = Failure("NodeName", ("node(s) were deleted",), True)
-
-
-def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
-    """Whether any toleration tolerates the taint (upstream's ToleratesTaint)."""
-    t_key = taint.get("key", "")
-    t_effect = taint.get("effect", "")
-    for tol in tolerations:
-        effect = tol.get("effect") or ""
-        if effect and effect != t_effect:
-            continue
-        key = tol.get("key") or ""
-        op = tol.get("operator") or "Equal"
-        if not key:
-            if op == "Exists":
-                return True
-            continue
-        if key != t_key:
-            continue
-        if op == "Exists" or (tol.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
 
 
 def _taint_failure(taint: Mapping[str, Any]) -> Failure:

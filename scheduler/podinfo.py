@@ -21,14 +21,14 @@ Guarantees:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any, Final
 
 from services.clock import parse_time
 from services.kinds import Obj, key_of, labels_of, name_of, namespace_of, uid_of
+from services.quantities import int_value, milli_value, parse_quantity
 from services.selectors import LabelSelector, SelectorError, label_selector_from_dict
 
 DEFAULT_SCHEDULER: Final = "default-scheduler"
@@ -40,52 +40,24 @@ DEFAULT_MILLI_CPU_REQUEST: Final = 100
 DEFAULT_MEMORY_REQUEST: Final = 200 * 1024 * 1024
 """Scoring treats a container without a memory request as requesting 200 MiB."""
 
-_SUFFIXES: Final[dict[str, Decimal]] = {
-    "": Decimal(1),
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-    "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
-}
-_QUANTITY: Final = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
-_quantity_cache: dict[str, Decimal] = {}
-
-
-def parse_quantity(value: Any) -> Decimal:
-    """Parse a resource.Quantity (`100m`, `1.5`, `128Mi`, `1e3`); invalid values are 0."""
+def _quantity(value: Any) -> Fraction:
+    """A resource.Quantity (`services.quantities`); invalid values are 0: the scheduler must not crash."""
     if isinstance(value, bool):
-        return Decimal(0)
-    if isinstance(value, int | float):
-        return Decimal(str(value))
-    text = str(value).strip()
-    cached = _quantity_cache.get(text)
-    if cached is not None:
-        return cached
-    m = _QUANTITY.match(text)
-    result = Decimal(0)
-    if m is not None and m.group(2) in _SUFFIXES:
-        try:
-            result = Decimal(m.group(1)) * _SUFFIXES[m.group(2)]
-        except InvalidOperation:
-            result = Decimal(0)
-    if len(_quantity_cache) < 4096:
-        _quantity_cache[text] = result
-    return result
+        return Fraction(0)
+    try:
+        return parse_quantity(value if isinstance(value, str | int | float) else str(value))
+    except ValueError:
+        return Fraction(0)
 
 
 def milli_cpu(value: Any) -> int:
-    """A cpu quantity in millicores, rounded up as Kubernetes does (`MilliValue`)."""
-    q = parse_quantity(value) * 1000
-    i = int(q)
-    return i + 1 if q > i else i
+    """A cpu quantity in millicores, rounded up as Kubernetes does (`MilliValue`); invalid is 0."""
+    return milli_value(_quantity(value))
 
 
 def bytes_of(value: Any) -> int:
-    """A memory (or count) quantity as an integer, rounded up (`Value`)."""
-    q = parse_quantity(value)
-    i = int(q)
-    return i + 1 if q > i else i
+    """A memory (or count) quantity as an integer, rounded up (`Value`); invalid is 0."""
+    return int_value(_quantity(value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +219,7 @@ def _qos_best_effort(spec: Mapping[str, Any]) -> bool:
         for part in ("requests", "limits"):
             values = res.get(part) or {}
             for name in ("cpu", "memory"):
-                if name in values and parse_quantity(values[name]) != 0:
+                if name in values and _quantity(values[name]) != 0:
                     return False
     return True
 

@@ -1,9 +1,12 @@
-"""The scheduler component's entry points: its flags, its settings and its `run(ctx)`.
+"""The scheduler component's entry points: its flags, its settings and its `run(ctx, args)`.
 
 `run` builds the informers (nodes, pods, priority classes), wires their handlers into the
 `Scheduler`, waits for the caches to sync and then schedules until the context's stop event is
-set. With `--leader-elect` the scheduling loop runs only while this instance holds the
-`kube-system/kube-scheduler` Lease (informers and caches stay warm either way, as upstream).
+set. `/readyz` fails until the informers have synced; `/debug/scheduler` shows the scheduler's
+state. With `--leader-elect` the scheduling loop runs only while this instance holds the
+`kube-system/kube-scheduler` Lease (informers and caches stay warm either way, as upstream);
+losing the lease raises `services.electing.LeadershipLost`, which ends the process with exit
+code 1, as kube-scheduler exits, so that its supervisor (or `kubemesh up`) restarts it.
 """
 
 from __future__ import annotations
@@ -11,18 +14,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib
-import importlib.util
+import random
 from collections.abc import Mapping
 from typing import Any
 
 from scheduler import debugging
 from scheduler.binding import ClientApi
-from scheduler.eventing import EventRecorder
 from scheduler.scheduling import Scheduler
 from scheduler.settings import SchedulerSettings
+from services.component import ComponentContext
+from services.electing import LeaderElectionSettings, LeaderElector, LeadershipLost
+from services.eventing import EventRecorder
 from services.informing import Informer
 from services.kinds import NODES, PODS, PRIORITYCLASSES
+from services.supervising import TaskHandle
+
+LEASE_NAME = "kube-scheduler"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,52 +47,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--parallel-binds", type=int, default=d.parallel_binds)
 
 
-def settings_from_args(args: argparse.Namespace | None) -> SchedulerSettings:
-    """Flags into settings (defaults when there are no flags)."""
-    if args is None:
-        return SchedulerSettings()
-    d = SchedulerSettings()
+def settings_from_args(args: argparse.Namespace) -> SchedulerSettings:
+    """Flags into settings."""
     return SchedulerSettings(
-        scheduler_name=getattr(args, "scheduler_name", d.scheduler_name),
-        percentage_of_nodes_to_score=getattr(args, "percentage_of_nodes_to_score", 0),
-        pod_initial_backoff=getattr(args, "pod_initial_backoff_seconds", d.pod_initial_backoff),
-        pod_max_backoff=getattr(args, "pod_max_backoff_seconds", d.pod_max_backoff),
-        assumed_pod_ttl=getattr(args, "assumed_pod_ttl", d.assumed_pod_ttl),
-        parallel_binds=getattr(args, "parallel_binds", d.parallel_binds),
+        scheduler_name=args.scheduler_name,
+        percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
+        pod_initial_backoff=args.pod_initial_backoff_seconds,
+        pod_max_backoff=args.pod_max_backoff_seconds,
+        assumed_pod_ttl=args.assumed_pod_ttl,
+        parallel_binds=args.parallel_binds,
     )
 
 
-class Holder:
-    """The running scheduler, once built (the debug route is mounted before it exists)."""
-
-    def __init__(self) -> None:
-        self.scheduler: Scheduler | None = None
-        self.events: EventRecorder | None = None
-
-    def document(self) -> Mapping[str, Any] | None:
-        """The debug document, or None before the scheduler is built."""
-        if self.scheduler is None:
-            return None
-        doc = dict(self.scheduler.dump())
-        if self.events is not None:
-            doc["events"] = self.events.stats()
-        return doc
+def _document(sched: Scheduler, events: EventRecorder) -> Mapping[str, Any]:
+    doc = dict(sched.dump())
+    doc["events"] = events.stats()
+    return doc
 
 
-async def run(ctx: Any, *, holder: Holder | None = None) -> None:
-    """The scheduler's `run(ctx)` for `services.component.main`."""
-    holder = holder or Holder()
-    settings = settings_from_args(getattr(ctx, "args", None))
-    bugs = frozenset(getattr(ctx, "bugs", ()) or ())
+async def run(ctx: ComponentContext, args: argparse.Namespace) -> None:
+    """The scheduler's `run(ctx, args)` for `services.component.main` (see the module docstring)."""
+    settings = settings_from_args(args)
     client, clock, rng = ctx.client, ctx.clock, ctx.rng
-    log = getattr(ctx, "log", None)
-    debugging.mount(getattr(ctx, "admin", None), debugging.routes(holder.document))
-
-    events = EventRecorder(client, clock=clock, rng=rng, component=settings.scheduler_name,
-                           host=str(getattr(ctx, "instance", "")))
+    events = EventRecorder(client, clock=clock, component=settings.scheduler_name, instance=ctx.instance)
     nodes = Informer(client, NODES, clock=clock, rng=rng, name="scheduler/nodes")
     pods = Informer(client, PODS, clock=clock, rng=rng, name="scheduler/pods")
     classes = Informer(client, PRIORITYCLASSES, clock=clock, rng=rng, name="scheduler/priorityclasses")
+    informers = (classes, nodes, pods)
 
     def priority_of_class(name: str) -> int | None:
         # Admission resolves spec.priority; this covers pods created before their class.
@@ -98,35 +86,42 @@ async def run(ctx: Any, *, holder: Holder | None = None) -> None:
         return None
 
     sched = Scheduler(api=ClientApi(client, events=events), clock=clock, rng=rng, settings=settings,
-                      bugs=bugs, node_lookup=nodes.get, priority_of_class=priority_of_class, log=log)
-    holder.scheduler, holder.events = sched, events
+                      bugs=ctx.bugs, node_lookup=nodes.get, priority_of_class=priority_of_class, log=ctx.log)
     nodes.add_handlers(on_add=sched.on_node_add, on_update=sched.on_node_update, on_delete=sched.on_node_delete)
     pods.add_handlers(on_add=sched.on_pod_add, on_update=sched.on_pod_update, on_delete=sched.on_pod_delete)
+    ctx.admin.add_routes(debugging.routes(lambda: _document(sched, events)))
+    ctx.admin.add_check("informers-synced", lambda: all(i.has_synced for i in informers), endpoints=("readyz",))
 
     async def work() -> None:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(sched.run(), name="scheduler loop")
             tg.create_task(sched.housekeeping(), name="scheduler housekeeping")
 
-    async with asyncio.TaskGroup() as tg:
-        tasks = [tg.create_task(inf.run(), name=f"informer {inf.name}") for inf in (classes, nodes, pods)]
-        tasks.append(tg.create_task(events.run(), name="scheduler events"))
-        for inf in (classes, nodes, pods):
+    async def lead() -> None:
+        for inf in informers:
             await inf.wait_for_sync()
-        if getattr(ctx, "args", None) is not None and getattr(ctx.args, "leader_elect", False) \
-                and importlib.util.find_spec("services.electing") is not None:
-            electing = importlib.import_module("services.electing")
-            elector = electing.LeaderElector(
-                client, settings=electing.LeaderElectionSettings(name="kube-scheduler"),
-                identity=str(getattr(ctx, "instance", "scheduler")), clock=clock)
-            tasks.append(tg.create_task(elector.run(work), name="scheduler election"))
-        else:
-            tasks.append(tg.create_task(work(), name="scheduler work"))
-        if log is not None:
-            log.info("scheduler started", bugs=sorted(bugs), nodes=len(nodes.list()))
+        ctx.log.info("scheduler started", bugs=sorted(ctx.bugs), nodes=len(nodes.list()),
+                     leader_elect=args.leader_elect)
+        if not args.leader_elect:
+            await work()
+            return
+        elector = LeaderElector(client, settings=LeaderElectionSettings(name=LEASE_NAME), identity=ctx.instance,
+                                clock=clock, rng=random.Random(rng.getrandbits(64)))
+        try:
+            await elector.run(work)
+        except LeadershipLost:
+            ctx.log.error("leader election lost; exiting so that the process is restarted")
+            raise
+
+    handles: list[TaskHandle[None]] = [ctx.spawn(inf.run(), name=f"informer:{inf.name}") for inf in informers]
+    handles.append(ctx.spawn(events.run(), name="scheduler:events"))
+    handles.append(ctx.spawn(lead(), name="scheduler:leader-election" if args.leader_elect else "scheduler:work"))
+    try:
         await ctx.stop.wait()
+    finally:
         sched.queue.close()
-        for t in tasks:
-            t.cancel()
-    with contextlib.suppress(Exception):
-        await sched.wait_idle()
+        for h in reversed(handles):  # the loop first, the informers last
+            h.cancel()
+        await asyncio.wait([h.task for h in handles])
+        with contextlib.suppress(Exception):
+            await sched.wait_idle()

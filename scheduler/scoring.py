@@ -23,8 +23,9 @@ import random
 from collections.abc import Mapping, Sequence
 
 from scheduler.caching import NodeInfo
-from scheduler.filtering import Pair, tolerates
+from scheduler.filtering import Pair
 from scheduler.podinfo import PodInfo
+from services.podutil import tolerates
 
 MAX_SCORE = 100
 WEIGHT_FIT = 1

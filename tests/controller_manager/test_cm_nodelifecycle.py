@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from cm_fakes import FakeApi
 
-from controller_manager.eventing import EventRecorder
 from controller_manager.nodelifecycle import NodeLifecycleController, assess_node_health
-from controller_manager.objects import TAINT_NOT_READY, TAINT_UNREACHABLE, condition, condition_status, taints_of
+from controller_manager.objects import TAINT_NOT_READY, TAINT_UNREACHABLE, condition, condition_status
 from controller_manager.settings import NodeLifecycleSettings
 from controller_manager.zones import ZoneState
 from services.clock import ManualClock, format_micro_time, format_time
+from services.eventing import EventRecorder
 from services.kinds import DAEMONSETS, LEASES, NODES, PODS, Obj
+from services.podutil import taints_of
 
 S = NodeLifecycleSettings()  # grace 50 s (current)
 
@@ -47,7 +48,7 @@ def add_pod(api: FakeApi, name: str, node: str, *, owner_kind: str | None = None
 
 
 def controller(api: FakeApi, *, legacy: bool = False, settings: NodeLifecycleSettings = S) -> NodeLifecycleController:
-    rec = EventRecorder(clock=api.clock, api=None)
+    rec = EventRecorder(None, clock=api.clock, component="kube-controller-manager")
     return NodeLifecycleController(api=api, nodes=api.store(NODES), pods=api.store(PODS),
                                    leases=api.store(LEASES), clock=api.clock, settings=settings,
                                    recorder=rec.for_component("node-controller"), legacy=legacy)

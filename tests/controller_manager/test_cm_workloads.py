@@ -16,7 +16,6 @@ from controller_manager.deployment import (
     plan_old_scale_down,
     resolve_fenceposts,
 )
-from controller_manager.eventing import EventRecorder
 from controller_manager.expectations import Expectations
 from controller_manager.garbagecollector import GarbageCollector, Owners, decide_dependent
 from controller_manager.objects import is_active
@@ -25,6 +24,7 @@ from controller_manager.replicaset import ReplicaSetController, compute_status, 
 from controller_manager.settings import PodGCSettings
 from controller_manager.tainteviction import TaintEvictionController, min_toleration_seconds, plan_pod
 from services.clock import ManualClock, format_time
+from services.eventing import EventRecorder
 from services.kinds import DAEMONSETS, DEPLOYMENTS, NODES, PODS, REPLICASETS, Obj
 
 
@@ -131,7 +131,7 @@ def test_progress_deadline_exceeded() -> None:
 
 
 def recorder(clock: ManualClock) -> EventRecorder:
-    return EventRecorder(clock=clock, api=None)
+    return EventRecorder(None, clock=clock, component="kube-controller-manager")
 
 
 def rs_controller(api: FakeApi, rec: EventRecorder) -> ReplicaSetController:

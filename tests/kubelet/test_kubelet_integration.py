@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 
+from services.certs import client_context
 from services.client import ApiClient, NotFoundError
 from services.clock import parse_time
 from services.kinds import LEASES, NODES, PODS, Obj
@@ -54,7 +55,9 @@ async def eventually(check: Callable[[], Awaitable[T | None]], *, limit: float =
 
 
 async def admin(mesh: Mesh, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    async with aiohttp.ClientSession(headers=auth_headers(mesh.token)) as s:
+    # The apiserver serves TLS under the mesh's CA when the mesh has a token.
+    connector = aiohttp.TCPConnector(ssl=client_context(mesh.ca_path) if mesh.ca_path else True)
+    async with aiohttp.ClientSession(headers=auth_headers(mesh.token), connector=connector) as s:
         comps = await fetch_components(s, mesh.apiserver_url, mesh.token)
         assert comps, "kubelet not registered"
         url = next(c["adminURL"] for c in comps.values() if c.get("component") == "kubelet")

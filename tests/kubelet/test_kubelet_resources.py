@@ -1,9 +1,7 @@
-from fractions import Fraction
-
 import pytest
 
 from kubelet.pressure import pressure_rejection, rank_for_memory_eviction
-from kubelet.resources import Resources, admit, allocatable_of, parse_quantity, pod_requests, qos_class
+from kubelet.resources import Resources, admit, allocatable_of, pod_requests, qos_class
 from kubelet.settings import KubeletSettings, parse_capacity
 from services.kinds import Obj
 
@@ -15,20 +13,6 @@ def pod(name: str, *containers: dict[str, dict[str, str]], priority: int | None 
     if priority is not None:
         spec["priority"] = priority
     return {"metadata": {"name": name, "namespace": "default", "annotations": annotations or {}}, "spec": spec}
-
-
-@pytest.mark.parametrize(("text", "value"), [
-    ("100m", Fraction(1, 10)), ("2", Fraction(2)), ("1.5", Fraction(3, 2)), ("1Gi", Fraction(2**30)),
-    ("500M", Fraction(500_000_000)), ("1e3", Fraction(1000)), ("128Mi", Fraction(128 * 2**20)),
-])
-def test_parse_quantity(text: str, value: Fraction) -> None:
-    assert parse_quantity(text) == value
-
-
-@pytest.mark.parametrize("bad", ["", "abc", "1Gb", "--1", "1.2.3"])
-def test_parse_quantity_rejects(bad: str) -> None:
-    with pytest.raises(ValueError):
-        parse_quantity(bad)
 
 
 def test_pod_requests_take_limits_as_default_and_init_max() -> None:

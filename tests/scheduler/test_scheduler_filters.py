@@ -21,12 +21,12 @@ from scheduler.filtering import (
     compute_affinity_state,
     find_feasible,
     num_feasible_nodes_to_find,
-    tolerates,
 )
 from scheduler.preempting import Candidate, eligible_to_preempt, find_candidate, pick_candidate
 from scheduler.queueing import Nominator
 from scheduler.scoring import compute_inter_pod_scores, score_nodes, select_host
 from services.kinds import Obj
+from services.podutil import tolerates
 
 
 def ni_of(n: Obj, *pods: Obj) -> NodeInfo:

@@ -1,0 +1,63 @@
+"""The controller-manager component's entry points: `build` and `run(ctx, args)`.
+
+`build` turns parsed flags into a wired `ControllerManager` (the profile's bug switches join
+the explicit ones); `run` runs it inside the component runtime (`services.component`): the
+shared informers and the event recorder as supervised tasks, the controllers once the caches
+have synced (while leading, with `--leader-elect`), `/debug/controller-manager` on the admin
+endpoint, and a readiness check that fails until every informer has synced. On stop the
+controllers are cancelled first and the informers last. Losing the lease ends the process
+with exit code 1 (see `controller_manager.app`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+
+from controller_manager import debugging
+from controller_manager.app import ControllerManager
+from controller_manager.settings import add_arguments, from_namespace, profile_bugs
+from services.client import ApiClient
+from services.clock import Clock
+from services.component import ComponentContext
+from services.supervising import TaskHandle
+
+__all__ = ["add_arguments", "build", "run"]
+
+
+def build(*, client: ApiClient, clock: Clock, rng: random.Random, bugs: frozenset[str],
+          args: argparse.Namespace | None, instance: str) -> ControllerManager:
+    """The controller-manager for parsed flags (defaults when `args` is None)."""
+    settings = from_namespace(args if args is not None else _defaults())
+    all_bugs = frozenset(bugs) | profile_bugs(settings.profile)
+    cm = ControllerManager(client=client, clock=clock, rng=rng, settings=settings, bugs=all_bugs, instance=instance)
+    cm.build()
+    return cm
+
+
+def _defaults() -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return p.parse_args([])
+
+
+async def run(ctx: ComponentContext, args: argparse.Namespace) -> None:
+    """The controller-manager's `run(ctx, args)` for `services.component.main`."""
+    cm = build(client=ctx.client, clock=ctx.clock, rng=ctx.rng, bugs=ctx.bugs, args=args, instance=ctx.instance)
+    ctx.admin.add_routes(debugging.routes(cm.debug))
+    ctx.admin.add_check("informers-synced", cm.synced, endpoints=("readyz",))
+    assert cm.recorder is not None
+    handles: list[TaskHandle[None]] = [ctx.spawn(inf.run(), name=f"informer:{name}")
+                                       for name, inf in cm.informers.items()]
+    handles.append(ctx.spawn(cm.recorder.run(), name="controller-manager:events"))
+    handles.append(ctx.spawn(cm.lead(), name="controller-manager:leader-election" if cm.settings.leader_elect
+                             else "controller-manager:controllers"))
+    ctx.log.info("controller-manager started", controllers=list(cm.settings.controllers), bugs=sorted(cm.bugs),
+                 profile=cm.settings.profile, leader_elect=cm.settings.leader_elect)
+    try:
+        await ctx.stop.wait()
+    finally:
+        for h in reversed(handles):  # controllers first, informers last
+            h.cancel()
+        await asyncio.wait([h.task for h in handles])
