@@ -179,8 +179,8 @@ def _configure_up(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default=None, help="log level of the components")
     parser.add_argument("--no-wait-registered", dest="wait_registered", action="store_false",
                         help="do not wait for the components to register their admin endpoints")
-    parser.add_argument("--eager", action="store_true",
-                        help="start the components together with the apiserver (faster cold start)")
+    parser.add_argument("--eager", action=argparse.BooleanOptionalAction, default=True,
+                        help="start the components together with the apiserver (default; faster cold start)")
     parser.add_argument("--timeout", type=positive_float, default=60.0,
                         help="seconds to wait for every node to be Ready (default 60)")
 
