@@ -37,7 +37,7 @@ from apiserver.patching import (
 )
 from apiserver.storage import Store
 from apiserver.validation import unknown_fields, validate_name, validate_object
-from services.clock import Clock, format_time
+from services.clock import Clock, format_micro_time, format_time, parse_time
 from services.kinds import (
     DEPLOYMENTS,
     NAMESPACES,
@@ -171,6 +171,10 @@ class Registry:
                                        f"content in namespace {ns} because it is being terminated")
         if self.store.get(kind, _key(kind, ns, name)) is not None:
             raise errors.already_exists(kind, name)
+        # Shape first: admission and defaulting assume the types validation guarantees.
+        causes = validate_object(kind, obj) + _time_causes(kind, obj)
+        if causes:
+            raise errors.invalid(kind, name, [dict(c) for c in causes])
         try:
             admission.admit_create(kind, obj, priority=self._priority_class,
                                    priority_classes=self.store.items(PRIORITYCLASSES))
@@ -288,7 +292,7 @@ class Registry:
                 self._check_pod_update(old, candidate)
             if "generation" in old["metadata"] and candidate.get("spec") != old.get("spec"):
                 md["generation"] = int(old["metadata"]["generation"]) + 1
-        causes = validate_object(kind, candidate)
+        causes = validate_object(kind, candidate) + _time_causes(kind, candidate)
         if causes:
             raise errors.invalid(kind, name, [dict(c) for c in causes])
         candidate["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
@@ -557,6 +561,42 @@ class Registry:
 
     def _priority_class(self, name: str) -> Obj | None:
         return self.store.get(PRIORITYCLASSES, name)
+
+
+_MICRO_TIMES: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
+    "Lease": (("spec", "renewTime"), ("spec", "acquireTime")),
+    "Event": (("eventTime",),),
+}
+_TIMES: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
+    "Event": (("firstTimestamp",), ("lastTimestamp",)),
+}
+
+
+def _time_causes(kind: Kind, obj: Obj) -> list[Any]:
+    """Check and normalise timestamps clients send (Python clients send `+00:00` offsets).
+
+    Stored as Kubernetes writes them (`Z`, seconds for Time, microseconds for MicroTime), so
+    that Go clients such as `kubectl describe node`, which reads the node's Lease, parse them.
+    """
+    causes: list[Any] = []
+    for micro, table in ((True, _MICRO_TIMES), (False, _TIMES)):
+        for path in table.get(kind.kind, ()):
+            parent: Any = obj
+            for part in path[:-1]:
+                parent = parent.get(part) if isinstance(parent, dict) else None
+            if not isinstance(parent, dict) or parent.get(path[-1]) in (None, ""):
+                continue
+            value = parent[path[-1]]
+            try:
+                t = parse_time(value) if isinstance(value, str) else None
+            except ValueError:
+                t = None
+            if t is None:
+                causes.append({"reason": "FieldValueInvalid", "field": ".".join(path),
+                               "message": f"Invalid value: {value!r}: must be an RFC 3339 timestamp"})
+            else:
+                parent[path[-1]] = format_micro_time(t) if micro else format_time(t)
+    return causes
 
 
 def _key(kind: Kind, namespace: str | None, name: str) -> str:

@@ -32,7 +32,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from apiserver import errors
 from apiserver.history import WRITER, History
 from apiserver.registry import Registry
-from apiserver.serving import HUB, MAX_BODY, REGISTRY, Api, identity, read_body, render, render_status
+from apiserver.serving import HUB, MAX_BODY, REGISTRY, RESPONSE_RV, Api, identity, read_body, render, render_status
 from apiserver.storage import Backend, LogBackend, MemoryBackend, Store
 from apiserver.watching import Item, Watcher, WatchHub, WatchSettings
 from services.certs import server_context
@@ -195,7 +195,7 @@ def build_app(settings: ServerSettings) -> web.Application:
         if tail is not None or request.path.startswith("/chaos"):
             component, instance = identity(request)
             history.append("request", component=component, instance=instance, verb=_verb(request),
-                           path=request.path, key=tail or "", rv=request.get("rv"), code=resp.status,
+                           path=request.path, key=tail or "", rv=request.get(RESPONSE_RV), code=resp.status,
                            latency=round(elapsed, 6))
         return resp
 

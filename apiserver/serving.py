@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import math
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -34,6 +36,7 @@ from services.selectors import (
 )
 
 MAX_BODY: Final = 3 * 1024 * 1024
+MAX_WATCH_TIMEOUT: Final = 30 * 24 * 3600
 PATCH_TYPES: Final = {
     "application/merge-patch+json": "merge",
     "application/strategic-merge-patch+json": "strategic",
@@ -43,6 +46,8 @@ PATCH_TYPES: Final = {
 }
 _TRUE: Final = frozenset({"true", "1", "yes", "t", "y"})
 
+RESPONSE_RV: Final = web.RequestKey("kubemesh_rv", str)
+"""The resourceVersion of the object a response carries (recorded in the history)."""
 REGISTRY: Final = web.AppKey("registry", Registry)
 HUB: Final = web.AppKey("hub", WatchHub)
 
@@ -84,7 +89,7 @@ def render(request: web.Request, body: Any, *, status: int = 200, warnings: list
     if isinstance(body, dict):
         md = body.get("metadata")
         if isinstance(md, dict) and "resourceVersion" in md:
-            request["rv"] = md["resourceVersion"]
+            request[RESPONSE_RV] = str(md["resourceVersion"])
     resp = web.Response(body=codec.encode(body, enc), status=status, content_type=codec.content_type(enc))
     if warnings:
         for w in warnings[:20]:
@@ -113,9 +118,15 @@ async def read_body(request: web.Request) -> tuple[Any, str]:
         return None, media
     if media == codec.MSGPACK:
         try:
-            return codec.decode(raw, "msgpack"), media
+            value = codec.decode(raw, "msgpack")
+            # msgpack can carry what JSON cannot (bytes, ext types, non-string keys); such a
+            # value must never reach the store, where JSON readers would fail on it later.
+            orjson.dumps(value)
         except codec.DecodeError as exc:
             raise errors.bad_request(f"malformed msgpack body: {exc}") from exc
+        except TypeError as exc:
+            raise errors.bad_request(f"the msgpack body is not JSON-like: {exc}") from exc
+        return value, media
     if media in ("application/apply-patch+yaml",):
         try:
             return orjson.loads(raw), media
@@ -126,15 +137,30 @@ async def read_body(request: web.Request) -> tuple[Any, str]:
                 raise errors.bad_request(f"malformed YAML body: {exc}") from exc
     if media in (codec.JSON, "") or media.endswith("+json") or media == "*/*":
         try:
-            return orjson.loads(raw), media
+            value = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise errors.bad_request(f"malformed JSON body: {exc}") from exc
+        if request.query.get("fieldValidation") == "Strict":
+            _reject_duplicate_fields(raw)
+        return value, media
     if media in ("application/yaml", "application/x-yaml"):
         try:
             return yaml.safe_load(raw), media
         except yaml.YAMLError as exc:
             raise errors.bad_request(f"malformed YAML body: {exc}") from exc
     raise errors.unsupported_media_type(media)
+
+
+def _reject_duplicate_fields(raw: bytes) -> None:
+    """Strict field validation also rejects a JSON object that names a field twice."""
+    def check(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise errors.bad_request(f'strict decoding error: json: duplicate field "{key}"')
+            seen.add(key)
+        return dict(pairs)
+    json.loads(raw, object_pairs_hook=check)
 
 
 def parse_target(group: str, version: str, tail: str) -> Target:
@@ -289,6 +315,9 @@ class Api:
         version = request.match_info["version"]
         target = parse_target(group, version, request.match_info["tail"])
         method = request.method
+        verb = _verb_of(method, target, request)
+        if target.sub is None and verb not in target.kind.verbs:
+            raise errors.method_not_allowed(f"{verb} is not supported on {target.kind.resource}")
         if target.name is None:
             if method == "GET":
                 if target.watch or flag(request.query.get("watch")):
@@ -329,6 +358,12 @@ class Api:
         q = request.query
         if q.get("resourceVersionMatch") and not q.get("resourceVersion"):
             raise errors.bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")
+        if q.get("resourceVersionMatch", "") not in ("", "NotOlderThan", "Exact"):
+            raise errors.bad_request(f"resourceVersionMatch: unsupported value {q['resourceVersionMatch']!r}")
+        if q.get("resourceVersion", "") and not q["resourceVersion"].isdigit():
+            raise errors.bad_request(f"invalid resourceVersion {q['resourceVersion']!r}")
+        if q.get("limit", "") and not q["limit"].isdigit():
+            raise errors.bad_request(f"limit must be a non-negative integer, not {q['limit']!r}")
         if q.get("continue"):
             raise errors.gone("the continue token is not valid: this server never issues continue tokens")
         labels, fields = selectors(request, t.kind)
@@ -358,6 +393,10 @@ class Api:
                 timeout = float(q["timeoutSeconds"])
             except ValueError as exc:
                 raise errors.bad_request("timeoutSeconds must be a number") from exc
+            if not math.isfinite(timeout) or timeout < 0 or timeout > MAX_WATCH_TIMEOUT:
+                raise errors.bad_request(f"timeoutSeconds must be between 0 and {MAX_WATCH_TIMEOUT}")
+            if timeout == 0:
+                timeout = None
         table = tables.wants_table(request.headers.get("Accept"))
         enc = response_encoding(request)
         if t.name is not None:
@@ -492,6 +531,15 @@ class Api:
             self.registry.evict(t.namespace, t.name, body)
             return render(request, errors.success(201), status=201)
         raise errors.method_not_allowed()
+
+
+def _verb_of(method: str, t: Target, request: web.Request) -> str:
+    """The Kubernetes verb a request on a resource path is."""
+    if t.name is None:
+        if method == "GET":
+            return "watch" if (t.watch or flag(request.query.get("watch"))) else "list"
+        return {"POST": "create", "DELETE": "deletecollection"}.get(method, method.lower())
+    return {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method, method.lower())
 
 
 def _binding_echo(body: Any) -> Obj:
