@@ -69,7 +69,7 @@ class History:
 
     def append(self, type_: str, **fields: Any) -> Record:
         """Record one thing that happened, now."""
-        rec: Record = {"index": self._next, "time": round(self.clock.now(), 6), "type": type_, **fields}
+        rec: Record = {"index": self._next, "time": self.clock.now(), "type": type_, **fields}
         self._next += 1
         self._records.append(rec)
         for sub in tuple(self._subscribers):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hmac
 import random
 import signal
@@ -149,17 +150,21 @@ def build_app(settings: ServerSettings) -> web.Application:
     def record_delivery(w: Watcher, item: Item) -> None:
         type_, event, _ = item
         history.append("delivery", component=w.identity[0], instance=w.identity[1], watch=w.id,
-                       resource=event.kind.plural, event=type_, key=key_of(event.obj), rv=event.rv)
+                       resource=event.kind.plural, event=type_, key=event.key, rv=event.rv)
 
     store.subscribe(record_write)
     if settings.history_deliveries:
         hub.on_deliver = record_delivery
+
+    request_counters: dict[tuple[str, str, int], Any] = {}
+    latency_by_verb: dict[str, Any] = {}
 
     @web.middleware
     async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
         started = loop.time()
         verb = request.method
+        who: tuple[str, str] | None = None
         try:
             if token is not None and request.path not in OPEN_PATHS:
                 sent = request.headers.get("Authorization", "")
@@ -190,10 +195,17 @@ def build_app(settings: ServerSettings) -> web.Application:
         elapsed = loop.time() - started
         tail = request.match_info.get("tail")
         resource = tail.split("/", 3)[0] if tail else request.path
-        metrics.requests.labels(verb, resource, str(resp.status)).inc()
-        metrics.latency.labels(verb).observe(elapsed)
+        counter = request_counters.get((verb, resource, resp.status))
+        if counter is None:
+            counter = metrics.requests.labels(verb, resource, str(resp.status))
+            request_counters[(verb, resource, resp.status)] = counter
+        counter.inc()
+        hist = latency_by_verb.get(verb)
+        if hist is None:
+            hist = latency_by_verb[verb] = metrics.latency.labels(verb)
+        hist.observe(elapsed)
         if tail is not None or request.path.startswith("/chaos"):
-            component, instance = identity(request)
+            component, instance = who if who is not None else identity(request)
             history.append("request", component=component, instance=instance, verb=_verb(request),
                            path=request.path, key=tail or "", rv=request.get(RESPONSE_RV), code=resp.status,
                            latency=round(elapsed, 6))
@@ -329,6 +341,13 @@ async def serve(settings: ServerSettings, *, stop: asyncio.Event | None = None) 
     site = web.TCPSite(runner, settings.host, settings.port, backlog=4096, reuse_address=True,
                        ssl_context=ssl_context)
     await site.start()
+    # What start-up built (routes, discovery and OpenAPI documents, the schema) lives for the
+    # whole process: freeze it out of every collection. Stored objects are acyclic trees that
+    # reference counting frees; a larger young-generation threshold makes the cyclic
+    # collector run rarely over the request churn (it was ~13% of CPU under write load).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
     log.info("apiserver listening", host=settings.host, port=settings.port, data_dir=settings.data_dir,
              clock_rate=settings.clock_rate, auth=settings.token is not None, tls=ssl_context is not None)
     stop = stop or asyncio.Event()

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Final, TypedDict
 
@@ -81,6 +81,7 @@ def _show(value: Any) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
+@lru_cache(maxsize=65536)
 def _label_problem(value: str) -> str | None:
     if len(value) > 63:
         return "must be no more than 63 characters"
@@ -89,6 +90,7 @@ def _label_problem(value: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=65536)
 def _subdomain_problem(value: str) -> str | None:
     if len(value) > 253:
         return "must be no more than 253 characters"
@@ -97,6 +99,7 @@ def _subdomain_problem(value: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=65536)
 def _dns1035_problem(value: str) -> str | None:
     if len(value) > 63:
         return "must be no more than 63 characters"

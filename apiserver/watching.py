@@ -52,6 +52,16 @@ class Event:
     _bytes: dict[tuple[bool, Encoding], bytes] = field(default_factory=dict)
     _frames: dict[tuple[str, bool, Encoding], bytes] = field(default_factory=dict)
     _as_deleted: Obj | None = None
+    namespace: str = ""
+    """The object's namespace (computed once: every watcher's namespace check reads it)."""
+    key: str = ""
+    """The object's `namespace/name` key (computed once; history records it per delivery)."""
+
+    def __post_init__(self) -> None:
+        md = self.obj.get("metadata") or {}
+        self.namespace = str(md.get("namespace") or "")
+        name = str(md.get("name") or "")
+        self.key = f"{self.namespace}/{name}" if self.namespace else name
 
     def object_for(self, *, use_prev: bool) -> Obj:
         """The object a frame carries: the new state, or the previous state re-stamped."""
@@ -79,10 +89,17 @@ class Event:
         return frame
 
 
+_MSGPACK_HEADS: dict[str, bytes] = {}
+
+
 def encode_frame(type_: str, body: bytes, encoding: Encoding) -> bytes:
     """Wrap an encoded object into a watch frame."""
     if encoding == "msgpack":
-        return b"\x82" + msgpack.packb("type") + msgpack.packb(type_) + msgpack.packb("object") + body
+        head = _MSGPACK_HEADS.get(type_)
+        if head is None:
+            head = b"\x82" + msgpack.packb("type") + msgpack.packb(type_) + msgpack.packb("object")
+            _MSGPACK_HEADS[type_] = head
+        return head + body
     return b'{"type":"' + type_.encode() + b'","object":' + body + b"}\n"
 
 
@@ -164,6 +181,11 @@ class Watcher:
     def offer(self, event: Event) -> None:
         """Queue an event as this watcher sees it (synchronously, in revision order)."""
         if self.closed:
+            return
+        if self.namespace is not None and event.namespace != self.namespace:
+            return  # an object never changes namespace: no transition to consider
+        if self.labels is None and self.fields is None:
+            self._push((event.type, event, False))
             return
         if event.type == "MODIFIED" and event.prev is not None and (self.labels or self.fields):
             now_in = self.matches(event.obj)

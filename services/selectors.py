@@ -32,6 +32,7 @@ Field selectors (`parse_field_selector`), the syntax of `?fieldSelector=`: `f=v`
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -65,6 +66,7 @@ _NAME_RE: Final = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _DNS_SUBDOMAIN_RE: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
+@functools.lru_cache(maxsize=65536)
 def validate_label_key(key: str) -> str | None:
     """Why `key` is not a valid label key (a qualified name), or None when it is."""
     prefix, slash, name = key.rpartition("/")
@@ -90,6 +92,7 @@ def validate_label_key(key: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=65536)
 def validate_label_value(value: str) -> str | None:
     """Why `value` is not a valid label value, or None when it is (the empty string is valid)."""
     if not value:
