@@ -32,7 +32,7 @@ from controller_manager.settings import ControllerManagerSettings
 from controller_manager.tainteviction import TaintEvictionController
 from services.client import ApiClient
 from services.clock import Clock
-from services.electing import LeaderElectionSettings, LeaderElector, LeadershipLost
+from services.electing import LeaderElectionSettings, LeaderElector, LeadershipLost, process_identity
 from services.eventing import EventRecorder
 from services.informing import DeletedFinalStateUnknown, Informer
 from services.kinds import DAEMONSETS, DEPLOYMENTS, LEASES, NODES, PODS, REPLICASETS, Kind, Obj, key_of
@@ -146,7 +146,7 @@ class ControllerManager:
             await self._controllers()
             return
         self.elector = LeaderElector(self.client, settings=LeaderElectionSettings(name=LEASE_NAME),
-                                     identity=self.instance, clock=self.clock,
+                                     identity=process_identity(self.instance), clock=self.clock,
                                      rng=random.Random(self.rng.getrandbits(64)))
         try:
             await self.elector.run(self._controllers)

@@ -47,6 +47,7 @@ async def run(ctx: ComponentContext, args: argparse.Namespace) -> None:
     cm = build(client=ctx.client, clock=ctx.clock, rng=ctx.rng, bugs=ctx.bugs, args=args, instance=ctx.instance)
     ctx.admin.add_routes(debugging.routes(cm.debug))
     ctx.admin.add_check("informers-synced", cm.synced, endpoints=("readyz",))
+    ctx.informers.update(cm.informers)  # chaos can freeze one (a stale cache)
     assert cm.recorder is not None
     handles: list[TaskHandle[None]] = [ctx.spawn(inf.run(), name=f"informer:{name}")
                                        for name, inf in cm.informers.items()]

@@ -23,7 +23,7 @@ from scheduler.binding import ClientApi
 from scheduler.scheduling import Scheduler
 from scheduler.settings import SchedulerSettings
 from services.component import ComponentContext
-from services.electing import LeaderElectionSettings, LeaderElector, LeadershipLost
+from services.electing import LeaderElectionSettings, LeaderElector, LeadershipLost, process_identity
 from services.eventing import EventRecorder
 from services.informing import Informer
 from services.kinds import NODES, PODS, PRIORITYCLASSES
@@ -73,6 +73,7 @@ async def run(ctx: ComponentContext, args: argparse.Namespace) -> None:
     nodes = Informer(client, NODES, clock=clock, rng=rng, name="scheduler/nodes")
     pods = Informer(client, PODS, clock=clock, rng=rng, name="scheduler/pods")
     classes = Informer(client, PRIORITYCLASSES, clock=clock, rng=rng, name="scheduler/priorityclasses")
+    ctx.informers.update({"nodes": nodes, "pods": pods, "priorityclasses": classes})  # chaos can freeze one
     informers = (classes, nodes, pods)
 
     def priority_of_class(name: str) -> int | None:
@@ -105,7 +106,8 @@ async def run(ctx: ComponentContext, args: argparse.Namespace) -> None:
         if not args.leader_elect:
             await work()
             return
-        elector = LeaderElector(client, settings=LeaderElectionSettings(name=LEASE_NAME), identity=ctx.instance,
+        elector = LeaderElector(client, settings=LeaderElectionSettings(name=LEASE_NAME),
+                               identity=process_identity(ctx.instance),
                                 clock=clock, rng=random.Random(rng.getrandbits(64)))
         try:
             await elector.run(work)

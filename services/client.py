@@ -47,7 +47,7 @@ import builtins
 import importlib.metadata
 import random
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Literal, cast
@@ -322,6 +322,9 @@ class ApiClient:
         self._clock = clock
         self._connector = connector
         self.ca_file = ca_file
+        self.gate: Callable[[], Awaitable[None]] | None = None
+        """Awaited before every request and every watch event: chaos pauses a component by
+        closing it (a paused process neither sends nor reads, as under SIGSTOP)."""
         if connector is not None and (connector.limit or connector.limit_per_host):
             log.warning("shared connector has a connection limit; one stalled request may delay "
                         "other clients", component=component, instance=instance,
@@ -407,6 +410,8 @@ class ApiClient:
         Raises:
             ApiError: A subclass by status; `ApiConnectionError` when no answer came.
         """
+        if self.gate is not None:
+            await self.gate()
         method = method.upper()
         data: bytes | None
         if body is None:
@@ -589,6 +594,8 @@ class ApiClient:
             encoding = codec.encoding_of(resp.headers.get("Content-Type")) or "json"
             frames = _msgpack_frames(resp) if encoding == "msgpack" else _json_frames(resp)
             async for frame in frames:
+                if self.gate is not None:
+                    await self.gate()
                 yield _to_event(frame)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ApiConnectionError(f"WATCH {path}: stream broken: {type(exc).__name__}: {exc}",

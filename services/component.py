@@ -306,7 +306,7 @@ async def run_component(*, component: str, run: Run, args: argparse.Namespace, i
     rng = component_rng(args.seed, component=component, instance=instance)
     client_rng = component_rng(args.seed, component=component, instance=f"{instance}/client")
     client = ApiClient(args.apiserver, component=component, instance=instance, token=token,
-                       encoding=args.encoding, rng=client_rng)
+                       encoding=args.encoding, rng=client_rng, ca_file=os.environ.get("KUBEMESH_CA_FILE") or None)
     supervisor = Supervisor(settings=ShutdownSettings(drain_timeout=args.drain_timeout,
                                                       cancel_timeout=args.cancel_timeout), log=log)
     uninstall = install_signal_handlers(supervisor)
@@ -327,6 +327,8 @@ async def run_component(*, component: str, run: Run, args: argparse.Namespace, i
         ctx = ComponentContext(component=component, instance=instance, client=client, clock=clock, rng=rng,
                                bugs=bugs, admin=admin, log=log, stop=supervisor.stop, metrics=metrics,
                                pause=PauseGate(), supervisor=supervisor, args=args, token=token)
+        # Chaos pause: a paused component neither sends requests nor reads its watches.
+        client.gate = ctx.pause.wait
         install_chaos_routes(ctx)
         await admin.start()
         supervisor.on_stop(admin.set_shutting_down, name="readiness")

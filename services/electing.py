@@ -33,7 +33,9 @@ import asyncio
 import copy
 import enum
 import math
+import os
 import random
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -346,3 +348,13 @@ async def _cancel_and_wait(*tasks: asyncio.Task[Any]) -> None:
     for t in tasks:
         if not t.cancelled():
             t.exception()  # mark as retrieved; the caller reads what it needs
+
+
+def process_identity(instance: str) -> str:
+    """A leader-election identity unique to this process, as client-go uses hostname + uuid.
+
+    The instance name alone is not enough: a restarted incarnation would take over its
+    predecessor's lease at once (it "already holds" it), and two processes started with the
+    same name would both believe they lead.
+    """
+    return f"{instance}_{os.getpid()}_{uuid.uuid4().hex[:8]}"

@@ -50,15 +50,13 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import aiohttp
 import yaml
 
 from services import bugs as bug_switches
-
-if TYPE_CHECKING:
-    from services.chaos_client import Chaos
+from services.chaos_client import Chaos
 from services.client import ApiClient
 
 APISERVER: Final = "apiserver"
