@@ -113,10 +113,12 @@ class NodeHeartbeatEviction(Scenario):
 
         until_all = t_off + EVICTION_TIMEOUT + PERIOD + 30 - ctx.now()
 
-        async def slow_deleted() -> float | None:
-            return await deleted("slow")
+        async def both_deleted() -> bool:
+            # Both, not just slow: the legacy evictor deletes a node's pods one request after the
+            # other, so fast's DELETE may come a moment after slow's.
+            return await deleted("slow") is not None and await deleted("fast") is not None
 
-        await ctx.until(slow_deleted, within=max(until_all, DEFAULT_TOLERATION + 60), poll=0.05)
+        await ctx.until(both_deleted, within=max(until_all, DEFAULT_TOLERATION + 60), poll=0.05)
         t_fast, t_slow = await deleted("fast"), await deleted("slow")
         node = await ctx.node(victim)
         taint = next((t for t in ((node or {}).get("spec") or {}).get("taints") or []

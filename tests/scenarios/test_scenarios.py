@@ -38,7 +38,7 @@ async def test_scenario_outcome_matches_mode(name: str, mode: Mode, tmp_path: Pa
 
 def test_catalog_names_are_the_fixed_ones() -> None:
     assert {"ghost-node-affinity", "nominated-node-race", "recreate-stuck-terminating", "force-delete-zombie",
-            "node-heartbeat-eviction"} <= set(catalog())
+            "node-heartbeat-eviction", "stale-update-unnominates", "node-pressure-predicates"} <= set(catalog())
 
 
 # -- oracles -----------------------------------------------------------------------------------
