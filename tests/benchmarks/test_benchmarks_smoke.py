@@ -1,0 +1,75 @@
+"""The benchmarks run end to end in `--quick` mode and write their JSON: no timing is asserted.
+
+Each benchmark starts its own servers and clients as processes, so these tests only check
+that the figures exist with the keys the README documents, never what they are.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "benchmarks"
+
+pytestmark = pytest.mark.slow
+
+PHASE_KEYS = {"writes_per_s", "writes_per_cpu_s", "ok", "errors", "p50_ms", "p99_ms", "server_cpu", "client_cpu",
+              "drain_s", "watch_events_min", "watchers_open"}
+LATENCY_KEYS = {"p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms", "samples", "write_rate", "deliveries_per_s",
+                "events_min", "events_expected", "watchers", "watchers_open", "server_cpu", "watcher_cpu"}
+
+
+def run(script: str, out: Path, *extra: str) -> dict[str, Any]:
+    """Run a benchmark with --quick into `out`; its JSON document."""
+    proc = subprocess.run([sys.executable, str(BENCH / script), "--quick", "--no-pin", "--results-dir", str(out),
+                           *extra], cwd=REPO, check=False, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    name = script.removesuffix(".py")
+    assert f"results: {out / name}.json" in proc.stdout
+    doc: dict[str, Any] = json.loads((out / f"{name}.json").read_text())
+    assert doc["benchmark"] == name
+    assert {"machine", "config", "results", "ratios_vs_bare", "target"} <= doc.keys()
+    return doc
+
+
+def check_writes(doc: dict[str, Any]) -> None:
+    """Every server-encoding has every phase, and every ratio is there."""
+    assert set(doc["results"]) == {"apiserver-json", "apiserver-msgpack", "bare-json", "bare-msgpack"}
+    for phases in doc["results"].values():
+        assert set(phases) == {"create", "update", "mixed"}
+        for ph in phases.values():
+            assert ph.keys() >= PHASE_KEYS
+            assert ph["ok"] > 0
+    assert set(doc["ratios_vs_bare"]) == {"apiserver-json", "apiserver-msgpack"}
+    assert set(doc["ratios_vs_bare"]["apiserver-msgpack"]) == {"create", "update", "mixed"}
+    assert set(doc["cpu_ratios_vs_bare"]) == {"apiserver-json", "apiserver-msgpack"}
+    assert isinstance(doc["target"]["met"], bool)
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
+def test_apiserver_writes_quick_with_wrk(tmp_path: Path) -> None:
+    check_writes(run("apiserver_writes.py", tmp_path, "--client", "wrk"))
+
+
+def test_apiserver_writes_quick_with_python_clients(tmp_path: Path) -> None:
+    doc = run("apiserver_writes.py", tmp_path, "--client", "python")
+    check_writes(doc)
+    assert doc["config"]["client"].startswith("python")
+
+
+def test_watch_latency_quick(tmp_path: Path) -> None:
+    doc = run("watch_latency.py", tmp_path)
+    assert set(doc["results"]) == {"apiserver", "bare"}
+    for r in doc["results"].values():
+        assert r.keys() >= LATENCY_KEYS
+        assert r["samples"] > 0
+        assert r["watchers"] == doc["config"]["watchers"]
+    assert set(doc["ratios_vs_bare"]) == {"apiserver"}
+    assert isinstance(doc["target"]["met"], bool)
