@@ -35,10 +35,10 @@ class SchedulerSettings:
     unschedulable_flush_period: float = 30.0
     """How often pods unschedulable for longer than `max_unschedulable_duration` are retried."""
 
-    assumed_pod_ttl: float = 30.0
+    assumed_pod_ttl: float = 0.0
     """How long an assumed pod whose binding finished waits for its ADD on the watch before it
-    expires and its resources are released (upstream 30 s before 1.19, 15 min until 1.28, then
-    never); 0 = never expire."""
+    expires and its resources are released; 0 = never, today's upstream (30 s before 1.19, then
+    15 min: an expiry while the watch lags lets a second pod take the same resources, #106361)."""
     cache_cleanup_period: float = 1.0
     """How often expired assumed pods are looked for."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from schedkit import FakeApi, bound, make_scheduler, node, pod, run_until_empty, term, with_status
 
 from scheduler.scheduling import Scheduler
+from scheduler.settings import SchedulerSettings
 from services.client import NotFoundError
 from services.clock import ManualClock
 
@@ -50,7 +51,7 @@ async def test_failed_bind_forgets_and_retries_after_backoff() -> None:
 
 
 async def test_assumed_pod_expires_when_bind_is_never_confirmed() -> None:
-    sched, api, clk = make_scheduler()
+    sched, api, clk = make_scheduler(settings=SchedulerSettings(assumed_pod_ttl=30.0))
     sched.on_node_add(node("n1", cpu="1"))
     sched.on_pod_add(pod("a", cpu="1"))
     await run_until_empty(sched)
