@@ -140,6 +140,13 @@ class NodeConditions:
             out.append({"type": ctype, "status": value[0], "reason": value[1], "message": value[2],
                         "lastHeartbeatTime": format_time(now),
                         "lastTransitionTime": format_time(self.since[ctype])})
+        # A condition of a type the kubelet does not report by itself (set by chaos, then
+        # cleared) must leave the Node: a strategic merge patch keeps list elements it does not
+        # mention, so say so explicitly (conditions merge by `type`).
+        for ctype in [t for t in self.current if t not in types]:
+            del self.current[ctype]
+            self.since.pop(ctype, None)
+            out.append({"type": ctype, "$patch": "delete"})
         return out
 
     def fingerprint(self) -> tuple[tuple[str, str, str], ...]:

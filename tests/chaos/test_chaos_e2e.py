@@ -516,9 +516,6 @@ async def test_node_condition_set_and_cleared_on_the_node(env: Env) -> None:
     await check_condition_set_and_cleared(env, "DiskPressure", "node-2")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="kubelet/heartbeating.py patches conditions by strategic merge: a cleared override of a "
-                          "type the kubelet does not report stays True on the Node forever (see report)")
 async def test_custom_node_condition_is_removed_when_cleared(env: Env) -> None:
     await check_condition_set_and_cleared(env, "ChaosE2E", "node-3")
 
