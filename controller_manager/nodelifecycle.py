@@ -64,6 +64,7 @@ from controller_manager.objects import (
 )
 from controller_manager.settings import NodeLifecycleSettings
 from controller_manager.zones import Disruption, TimedValue, excluded_from_disruption, zone_key
+from services.chaospoints import POINTS, chaos_point
 from services.client import ConflictError, NotFoundError
 from services.clock import Clock
 from services.eventing import ComponentRecorder
@@ -497,6 +498,9 @@ class NodeLifecycleController:
                     c["status"] = "False"
                     c["lastTransitionTime"] = now
             try:
+                # Between two pods' writes: a crash here is kubernetes#135205's intermediate
+                # state (some pods of the node marked NotReady, the rest never).
+                await chaos_point("nodelifecycle.mark_pods_not_ready")
                 await self.api.update(PODS, body, subresource="status")
             except (NotFoundError, ConflictError) as exc:
                 _log.debug("could not mark pod not ready", pod=name_of(pod), error=repr(exc))
@@ -584,3 +588,6 @@ def _swap(taints: list[dict[str, Any]], *, add: str | None, drop: set[str], now:
     if add and not any(t.get("key") == add and t.get("effect") == NO_EXECUTE for t in new):
         new.append({"key": add, "effect": NO_EXECUTE, "timeAdded": now_str(now)})
     return None if _same(new, taints) else new
+
+
+POINTS.declare("nodelifecycle.mark_pods_not_ready")

@@ -45,6 +45,7 @@ from controller_manager.objects import (
     phase,
     ts,
 )
+from services.chaospoints import POINTS, chaos_point
 from services.client import AlreadyExistsError, ConflictError, NotFoundError
 from services.clock import Clock
 from services.eventing import ComponentRecorder
@@ -288,6 +289,9 @@ class ReplicaSetController:
                 self.recorder.warning(rs, "FailedCreate", f"Error creating: {exc}")
                 raise
             self.recorder.normal(rs, "SuccessfulCreate", f"Created pod: {name}")
+            # After a create, before the expectation is observed: a crash here is the window
+            # in which a restarted controller may create duplicates (kubernetes#129795).
+            await chaos_point("replicaset.after_create_pod")
             return True
         return False
 
@@ -330,3 +334,6 @@ class ReplicaSetController:
             await self.api.update(REPLICASETS, fresh, subresource="status")
         except NotFoundError:
             pass
+
+
+POINTS.declare("replicaset.after_create_pod")

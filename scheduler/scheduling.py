@@ -53,6 +53,7 @@ from scheduler.preempting import Candidate, eligible_to_preempt, find_candidate
 from scheduler.queueing import ClusterEvent, Nominator, QueueClosedError, QueuedPodInfo, SchedulingQueue
 from scheduler.scoring import compute_inter_pod_scores, score_nodes, select_host
 from scheduler.settings import SchedulerSettings
+from services.chaospoints import POINTS, chaos_point
 from services.clock import Clock, format_time
 from services.kinds import Obj, key_of, name_of
 
@@ -346,7 +347,11 @@ class Scheduler:
     async def _bind(self, qpi: QueuedPodInfo, assumed: PodInfo, cycle: int) -> None:
         async with self._bind_sem:
             try:
+                # Chaos points: a crash here leaves an assumed pod that was never bound, or
+                # (after) a binding the restarted scheduler must learn from its watch.
+                await chaos_point("scheduler.before_bind")
                 await self.api.bind(assumed, assumed.node_name)
+                await chaos_point("scheduler.after_bind")
             except Exception as exc:
                 self.stats["bindErrors"] += 1
                 self.cache.finish_binding(assumed.key, now=self.clock.now())
@@ -496,3 +501,6 @@ class Scheduler:
             "queue": self.queue.dump(),
             "recentFailures": list(self.recent_failures),
         }
+
+
+POINTS.declare("scheduler.before_bind", "scheduler.after_bind")
