@@ -17,11 +17,6 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
-
 
 @dataclass(frozen=True, slots=True)
 class CertPaths:
@@ -49,6 +44,13 @@ def ensure_certs(directory: str | Path, *, hosts: tuple[str, ...] = ()) -> CertP
     paths = CertPaths(ca=d / "ca.crt", cert=d / "apiserver.crt", key=d / "apiserver.key")
     if paths.ca.exists() and paths.cert.exists() and paths.key.exists():
         return paths
+    # Imported here: every component imports this module (for `client_context`), only the
+    # launcher generates certificates, and `cryptography` costs ~0.1 s of start-up.
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubemesh-ca")])
