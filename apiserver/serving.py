@@ -424,9 +424,8 @@ class Api:
                         await resp.write(chunk)
         except TimeoutError:
             pass  # timeoutSeconds elapsed: end the stream cleanly
-        except (ConnectionResetError, asyncio.CancelledError):
-            self.hub.unregister(watcher)
-            raise
+        except ConnectionResetError:
+            return resp  # the client went away (kubectl closes its watch once satisfied)
         finally:
             self.hub.unregister(watcher)
         with contextlib.suppress(ConnectionResetError):

@@ -467,6 +467,9 @@ class Scheduler:
         try:
             while True:
                 await self.schedule_one()
+                # A cycle with a pod ready does not suspend: yield so that bindings, informer
+                # events and /readyz run between cycles instead of after the whole backlog.
+                await asyncio.sleep(0)
         except QueueClosedError:
             return
 
