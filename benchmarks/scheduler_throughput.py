@@ -1,0 +1,396 @@
+"""Scheduler throughput: pods bound per second, observed through the API, at 1,000 and 5,000 nodes.
+
+For each node count (`--nodes`, 1,000 and 5,000) and each pod kind (`plain`, and `anti-affinity`:
+required pod anti-affinity on `kubernetes.io/hostname` against the pod's own group, with
+`--groups` groups so that it is satisfiable: at most one pod of a group per node), in one run:
+
+1. start a fresh apiserver (`python -m apiserver`) and create the N Nodes directly through the
+   API (Ready, 8 CPUs / 32 GiB / 110 pods allocatable, the kubelet's labels); no kubelet runs,
+   so pods stay bound but never run, which is all scheduling throughput needs;
+2. open a watch on the benchmark's namespace (msgpack), then, per mode:
+   * `streaming` (default, as scheduler_perf measures it): start the scheduler
+     (`python -m scheduler`), wait for its `/readyz` (informers synced), then create M pods
+     (`--pods`, 2,000) over `--concurrency` keep-alive connections as fast as the apiserver
+     takes them, while the scheduler binds them;
+   * `backlog`: create the M pods first, then start the scheduler: the throughput of
+     scheduling and binding alone, without the apiserver's ingest competing;
+3. a pod's binding time is when the watch first shows it with `spec.nodeName`.
+
+Reported per case: **throughput** = bindings ÷ seconds from the start of the case to the
+last binding (streaming: from the first pod's create request; backlog: from the scheduler's
+process start, so interpreter start-up and the informers' sync count against it);
+`first_to_last_binding_pods_per_s` divides by the span from the first to the last binding
+instead, which overstates a scheduler that binds in bursts (`max_bound_in_1s_share`: the
+largest share of the bindings seen within one second);
+the **creation rate** (pods acknowledged per second; when it is close to the streaming
+throughput the apiserver's ingest, not the scheduler, is the bottleneck); creation-to-binding
+latency p50/p99; CPU of the apiserver, the scheduler and this process; and, for
+anti-affinity, whether any group has two pods on one node (it must not).
+
+References (published, not measured here): kube-scheduler's scheduler_perf floors, about
+680 pods/s for 10,000 pods on 5,000 nodes (plain), on much larger machines. Targets on this
+2-core machine: 300 pods/s plain at 1,000 nodes, 100 pods/s with anti-affinity.
+
+`--profile S` samples the apiserver and the scheduler with py-spy for S seconds of each case.
+
+Run: `.venv/bin/python benchmarks/scheduler_throughput.py [--quick]`. Prints a table and writes
+`benchmarks/results/scheduler_throughput.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Final
+
+import aiohttp
+from _common import ServerProcess, free_port, machine, percentile, run_loop, server_cores, table, write_results
+from kubelet_capacity import (
+    CpuWindow,
+    Profiler,
+    count_log_levels,
+    print_profile,
+    start_component,
+    stop_process,
+    wait_http_ok,
+)
+
+from services.client import AlreadyExistsError, ApiClient
+from services.kinds import NAMESPACES, NODES, PODS
+
+NAMESPACE: Final = "bench"
+KINDS: Final = ("plain", "anti-affinity")
+MODES: Final = ("streaming", "backlog")
+SCHEDULER_PERF_FLOOR: Final = 680.0
+"""kube-scheduler's scheduler_perf threshold for 10,000 pods on 5,000 nodes (pods/s)."""
+TARGETS: Final = {"plain": 300.0, "anti-affinity": 100.0}
+"""pods/s at 1,000 nodes on this 2-core machine."""
+TARGET_NODES: Final = 1000
+
+
+def node_body(i: int) -> dict[str, Any]:
+    """A Ready node as a kubelet would register it (the parts the scheduler reads)."""
+    name = f"node-{i}"
+    zone = f"zone-{i % 3}"
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+            "topology.kubernetes.io/zone": zone, "topology.kubernetes.io/region": "region-1"}},
+        "spec": {},
+        "status": {
+            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"},
+            "allocatable": {"cpu": "7900m", "memory": "32412Mi", "pods": "110", "ephemeral-storage": "99Gi"},
+            "conditions": [
+                {"type": t, "status": s, "reason": r, "message": r}
+                for t, s, r in (("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+                                ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+                                ("PIDPressure", "False", "KubeletHasSufficientPID"),
+                                ("Ready", "True", "KubeletReady"))],
+        },
+    }
+
+
+def pod_body(i: int, kind: str, groups: int) -> dict[str, Any]:
+    """A small pod; with anti-affinity, at most one pod of its group per node."""
+    group = f"g{i % groups}"
+    spec: dict[str, Any] = {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.9",
+                                            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}
+    if kind == "anti-affinity":
+        spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {"group": group}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"pod-{i}", "namespace": NAMESPACE, "labels": {"app": "bench", "group": group}},
+            "spec": spec}
+
+
+def max_in_window(times: list[float], width: float) -> int:
+    """The most sorted time points within any window of `width` seconds (how bursty the bindings are)."""
+    best = j = 0
+    for i, t in enumerate(times):
+        while t - times[j] > width:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
+
+
+async def create_all(client: ApiClient, bodies: list[dict[str, Any]], kind_obj: Any, concurrency: int,
+                     namespace: str | None = None) -> tuple[float, float, dict[str, float], int]:
+    """Create every body with `concurrency` workers: (first send, last ack, ack time per name, errors)."""
+    it = iter(bodies)
+    acked: dict[str, float] = {}
+    errors = 0
+    first = time.monotonic()
+
+    async def worker() -> None:
+        nonlocal errors
+        for body in it:
+            try:
+                await client.create(kind_obj, body, namespace=namespace)
+                acked[body["metadata"]["name"]] = time.monotonic()
+            except Exception:  # counted and reported; the benchmark goes on
+                errors += 1
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return first, time.monotonic(), acked, errors
+
+
+class BindingWatch:
+    """A msgpack watch on the namespace's pods noting when each pod is first seen bound."""
+
+    def __init__(self, client: ApiClient, resource_version: str) -> None:
+        self.client = client
+        self.rv = resource_version
+        self.bound: dict[str, tuple[float, str, str]] = {}
+        self.changed = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start reading the watch."""
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                async for ev in self.client.watch(PODS, namespace=NAMESPACE, resource_version=self.rv):
+                    obj = ev.object
+                    md = obj.get("metadata") or {}
+                    if md.get("resourceVersion"):
+                        self.rv = md["resourceVersion"]
+                    if ev.type not in ("ADDED", "MODIFIED"):
+                        continue
+                    node = (obj.get("spec") or {}).get("nodeName")
+                    name = md.get("name")
+                    if node and name and name not in self.bound:
+                        self.bound[name] = (time.monotonic(), node, (md.get("labels") or {}).get("group", ""))
+                        self.changed.set()
+            await asyncio.sleep(0.1)
+
+    async def wait_for(self, count: int, limit: float) -> bool:
+        """Wait until `count` pods are bound (False on timeout or when bindings stop for 30 s)."""
+        deadline = time.monotonic() + limit
+        last_progress, last_count = time.monotonic(), -1
+        while len(self.bound) < count:
+            now = time.monotonic()
+            if len(self.bound) != last_count:
+                last_count, last_progress = len(self.bound), now
+            if now > deadline or now - last_progress > 30:
+                return False
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), timeout=1.0)
+        return True
+
+    async def stop(self) -> None:
+        """Stop reading."""
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+
+async def run_case(nodes: int, kind: str, mode: str, args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
+    """One case on a fresh apiserver and scheduler."""
+    api_cores, load_cores = (None, None) if args.no_pin else server_cores()
+    server = ServerProcess.start("apiserver", cores=api_cores, log_dir=log_dir)
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+    client = ApiClient(server.base, component="bench", instance="scheduler-throughput", connector=connector,
+                       timeout=60.0)
+    sched: Any = None
+    label = f"{nodes}-{kind}-{mode}"
+    sched_log = log_dir / f"scheduler-{label}.log"
+    result: dict[str, Any] = {"nodes": nodes, "kind": kind, "mode": mode, "pods": args.pods}
+    watch: BindingWatch | None = None
+    try:
+        with contextlib.suppress(AlreadyExistsError):
+            await client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        n0, n1, n_acked, n_err = await create_all(client, [node_body(i) for i in range(1, nodes + 1)], NODES,
+                                                  args.concurrency)
+        result["node_creation"] = {"seconds": n1 - n0, "per_s": len(n_acked) / (n1 - n0), "errors": n_err}
+        rv = (await client.list(PODS, namespace=NAMESPACE))["metadata"]["resourceVersion"]
+        watch = BindingWatch(client, rv)
+        watch.start()
+        bodies = [pod_body(i, kind, args.groups) for i in range(args.pods)]
+        admin_port = free_port()
+
+        def start_scheduler() -> Any:
+            return start_component("scheduler", [
+                "--apiserver", server.base, "--log-level", "warning", "--admin-port", str(admin_port),
+                "--instance", "scheduler-bench", "--seed", "1"], log_path=sched_log, cores=load_cores)
+
+        pods_acked: dict[str, float] = {}
+        if mode == "streaming":
+            sched = start_scheduler()
+            await wait_http_ok(f"http://127.0.0.1:{admin_port}/readyz", proc=sched, limit=120, interval=0.1)
+        window = CpuWindow({"apiserver": server.proc.pid, **({"scheduler": sched.pid} if sched else {})})
+        window.start()
+        c0, c1, pods_acked, p_err = await create_all(client, bodies, PODS, args.concurrency, namespace=NAMESPACE)
+        result["pod_creation"] = {"seconds": c1 - c0, "per_s": len(pods_acked) / max(c1 - c0, 1e-9),
+                                  "errors": p_err}
+        start = c0  # streaming: pods cannot be bound before the first one exists
+        if mode == "backlog":
+            result["pod_creation"]["cpu"] = window.stop()
+            # backlog: from the scheduler's start (its /readyz may answer only after the backlog is
+            # scheduled: the scheduling loop does not yield while its queue is non-empty)
+            start = time.monotonic()
+            sched = start_scheduler()
+            await wait_http_ok(f"http://127.0.0.1:{admin_port}/readyz", proc=sched, limit=120, interval=0.1)
+            result["scheduler_ready_after_s"] = time.monotonic() - start
+            window = CpuWindow({"apiserver": server.proc.pid, "scheduler": sched.pid})
+            window.start()
+        profiler: Profiler | None = None
+        if args.profile:
+            profiler = Profiler(args.profile_dir or log_dir, f"scheduler_throughput-{label}")
+            profiler.start({"apiserver": server.proc.pid, "scheduler": sched.pid}, args.profile)
+        complete = await watch.wait_for(len(pods_acked), limit=args.timeout)
+        cpu = window.stop()
+        bound = watch.bound
+        times = sorted(t for t, _, _ in bound.values())
+        span = times[-1] - times[0] if len(times) > 1 else float("nan")
+        lat = sorted(bound[n][0] - pods_acked[n] for n in bound if n in pods_acked)
+        per_node_group: dict[tuple[str, str], int] = {}
+        for _, node, group in bound.values():
+            per_node_group[(node, group)] = per_node_group.get((node, group), 0) + 1
+        violations = sum(c - 1 for c in per_node_group.values() if c > 1) if kind == "anti-affinity" else 0
+        throughput = len(times) / (times[-1] - start) if times and times[-1] > start else float("nan")
+        burst = max_in_window(times, 1.0)
+        result.update({
+            "bound": len(bound), "complete": complete,
+            "throughput_pods_per_s": throughput,
+            "window_s": times[-1] - start if times else float("nan"),
+            "first_binding_after_s": times[0] - start if times else float("nan"),
+            "first_to_last_binding_s": span,
+            "first_to_last_binding_pods_per_s": (len(times) - 1) / span if len(times) > 1 and span > 0
+            else float("nan"),
+            "max_bound_in_1s": burst,
+            "max_bound_in_1s_share": burst / len(times) if times else float("nan"),
+            "end_to_end_pods_per_s": len(bound) / max(times[-1] - c0, 1e-9) if times else float("nan"),
+            "latency_p50_s": percentile(lat, 50), "latency_p99_s": percentile(lat, 99),
+            "nodes_used": len({node for _, node, _ in bound.values()}),
+            "anti_affinity_violations": violations,
+            "cpu": cpu,
+            "pods_per_scheduler_cpu_s": len(bound) / max(cpu["scheduler"]["cpu_s"], 1e-9),
+            "vs_scheduler_perf_floor": throughput / SCHEDULER_PERF_FLOOR,
+        })
+        if profiler is not None:
+            result["profile"] = profiler.finish()
+    finally:
+        if watch is not None:
+            await watch.stop()
+        await client.close()
+        await connector.close()
+        if sched is not None:
+            stop_process(sched)
+        server.stop()
+        result["logs"] = {"scheduler": count_log_levels(sched_log)}
+    return result
+
+
+async def run_all(args: argparse.Namespace, log_dir: Path) -> list[dict[str, Any]]:
+    """Every case."""
+    out = []
+    for nodes in args.nodes:
+        for kind in args.kinds:
+            for mode in args.modes:
+                r = await run_case(nodes, kind, mode, args, log_dir)
+                out.append(r)
+                print(f"  {nodes:>5,} nodes {kind:13s} {mode:9s}: {r.get('throughput_pods_per_s', float('nan')):7.1f} "
+                      f"pods/s bound ({r.get('bound', 0)}/{args.pods}; {r.get('max_bound_in_1s', 0)} within 1 s), "
+                      "created at "
+                      f"{r.get('pod_creation', {}).get('per_s', float('nan')):.0f}/s", flush=True)
+                if "profile" in r:
+                    print_profile(r["profile"])
+    return out
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line flags."""
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="100 nodes, 200 pods, streaming only (the smoke test)")
+    p.add_argument("--nodes", default=None, help="comma-separated node counts (default 1000,5000)")
+    p.add_argument("--pods", type=int, default=None, help="pods per case (default 2000)")
+    p.add_argument("--kinds", default=",".join(KINDS))
+    p.add_argument("--modes", default=None, help="streaming,backlog (default both)")
+    p.add_argument("--groups", type=int, default=10, help="anti-affinity groups (pods/groups must fit the nodes)")
+    p.add_argument("--concurrency", type=int, default=16, help="requests in flight while creating")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for every binding")
+    p.add_argument("--profile", type=float, default=0.0, help="py-spy the apiserver and scheduler this many s")
+    p.add_argument("--profile-dir", type=Path, default=None)
+    p.add_argument("--no-pin", action="store_true", help="do not pin the apiserver and the scheduler apart")
+    p.add_argument("--results-dir", type=Path, default=None)
+    p.add_argument("--name", default="scheduler_throughput", help="results file name (without .json)")
+    a = p.parse_args(argv)
+    a.nodes = [int(x) for x in a.nodes.split(",")] if a.nodes else ([100] if a.quick else [1000, 5000])
+    a.pods = a.pods if a.pods is not None else (200 if a.quick else 2000)
+    a.kinds = [k for k in a.kinds.split(",") if k]
+    a.modes = [m for m in (a.modes or ("streaming" if a.quick else ",".join(MODES))).split(",") if m]
+    for k in a.kinds:
+        if k not in KINDS:
+            p.error(f"unknown kind {k!r}")
+    for m in a.modes:
+        if m not in MODES:
+            p.error(f"unknown mode {m!r}")
+    if "anti-affinity" in a.kinds and -(-a.pods // a.groups) > min(a.nodes):
+        p.error("anti-affinity would be unsatisfiable: raise --groups")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the cases, print the table, write the JSON."""
+    args = parse_args(argv)
+    print(f"scheduler_throughput: nodes {args.nodes}, {args.pods} pods per case, kinds {args.kinds}, "
+          f"modes {args.modes}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="kubemesh-bench-") as tmp:
+        cases = run_loop(lambda: run_all(args, Path(tmp)))
+    results = {f"{c['nodes']}/{c['kind']}/{c['mode']}": c for c in cases}
+    met: dict[str, bool | None] = {}
+    for kind, floor in TARGETS.items():
+        c = results.get(f"{TARGET_NODES}/{kind}/streaming")
+        met[kind] = None if c is None else bool(c.get("throughput_pods_per_s", 0) >= floor)
+    doc: dict[str, Any] = {
+        "benchmark": args.name,
+        "machine": machine(),
+        "config": {"nodes": args.nodes, "pods": args.pods, "kinds": args.kinds, "modes": args.modes,
+                   "groups": args.groups, "concurrency": args.concurrency, "quick": args.quick,
+                   "pinned": not args.no_pin},
+        "results": results,
+        "references": {"scheduler_perf_floor_pods_per_s": SCHEDULER_PERF_FLOOR,
+                       "note": "kube-scheduler scheduler_perf, 10,000 pods on 5,000 nodes, much larger machines; "
+                               "published, not measured here"},
+        "target": {"description": f"at {TARGET_NODES:,} nodes (streaming): plain >= {TARGETS['plain']:g} pods/s, "
+                                  f"anti-affinity >= {TARGETS['anti-affinity']:g} pods/s",
+                   "per_kind": met, "met": all(v is True for v in met.values()) if met else None},
+    }
+    path = write_results(args.name, doc, args.results_dir)
+    rows = []
+    for c in cases:
+        cpu = c.get("cpu", {})
+        rows.append([f"{c['nodes']:,}", c["kind"], c["mode"], c.get("throughput_pods_per_s", float("nan")),
+                     c.get("first_to_last_binding_pods_per_s", float("nan")),
+                     f"{c.get('max_bound_in_1s_share', float('nan')):.0%}",
+                     c.get("vs_scheduler_perf_floor", float("nan")),
+                     c.get("pod_creation", {}).get("per_s", float("nan")),
+                     f"{c.get('bound', 0)}/{c['pods']}", c.get("latency_p50_s", float("nan")),
+                     c.get("latency_p99_s", float("nan")),
+                     f"{cpu.get('apiserver', {}).get('cpu_cores', float('nan')):.0%}",
+                     f"{cpu.get('scheduler', {}).get('cpu_cores', float('nan')):.0%}",
+                     f"{cpu.get('benchmark', {}).get('cpu_cores', float('nan')):.0%}",
+                     f"{cpu.get('machine', {}).get('other_processes_cores', float('nan')):.2f}",
+                     c.get("anti_affinity_violations", "-")])
+    print()
+    print(table(["nodes", "kind", "mode", "pods/s", "1st-last/s", "in 1 s", "vs 680", "created/s", "bound",
+                 "lat p50 s", "lat p99 s", "api cpu", "sched cpu", "bench cpu", "other cores", "violations"], rows))
+    for kind, ok in met.items():
+        print(f"target {kind} at {TARGET_NODES:,} nodes >= {TARGETS[kind]:g} pods/s: "
+              f"{'-' if ok is None else ('met' if ok else 'NOT met')}")
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
