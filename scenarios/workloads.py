@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from services.kinds import Obj
+from scenarios import oracles
+from scenarios.framework import ScenarioError
+from services.kinds import PODS, PRIORITYCLASSES, Obj
+
+if TYPE_CHECKING:
+    from scenarios.framework import ScenarioContext
 
 HOSTNAME = "kubernetes.io/hostname"
 
@@ -65,3 +70,25 @@ def priority_class(name: str, value: int) -> Obj:
     """A PriorityClass."""
     return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
             "value": value}
+
+
+async def preemption_victims(ctx: ScenarioContext) -> None:
+    """Set the preemption races' stage: two low-priority victims Running on node-1.
+
+    Priority classes high (1000) and low (0); v1 and v2 of 1500m each on the single 4-cpu
+    node, so that a 3-cpu high-priority preemptor `p` must evict both and a 2-cpu `s` fits
+    only in the freed room.
+    """
+    await ctx.client.create(PRIORITYCLASSES, priority_class("high", 1000))
+    await ctx.client.create(PRIORITYCLASSES, priority_class("low", 0))
+    for v in ("v1", "v2"):
+        await ctx.client.create(PODS, pod(v, cpu="1500m", priority_class="low"), namespace="default")
+    ctx.focus("pods", "default/v1", "default/v2", "default/p", "default/s")
+
+    async def victims_running() -> bool:
+        pods = [await ctx.pod(v) for v in ("v1", "v2")]
+        return all(oracles.is_running(p) for p in pods)
+
+    if not await ctx.until(victims_running, within=60):
+        raise ScenarioError("the victims never ran")
+    ctx.say("v1 and v2 (low priority, 1500m each) Running on node-1")

@@ -21,8 +21,8 @@ from typing import ClassVar
 
 from scenarios import oracles
 from scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
-from scenarios.workloads import pod, priority_class
-from services.kinds import PODS, PRIORITYCLASSES
+from scenarios.workloads import pod, preemption_victims
+from services.kinds import PODS
 
 OBSERVE = 60.0
 
@@ -43,19 +43,7 @@ class NominatedNodeRace(Scenario):
 
     async def run(self, ctx: ScenarioContext) -> Verdict:
         """Set up, inject, observe (see the module docstring)."""
-        await ctx.client.create(PRIORITYCLASSES, priority_class("high", 1000))
-        await ctx.client.create(PRIORITYCLASSES, priority_class("low", 0))
-        for v in ("v1", "v2"):
-            await ctx.client.create(PODS, pod(v, cpu="1500m", priority_class="low"), namespace="default")
-        ctx.focus("pods", "default/v1", "default/v2", "default/p", "default/s")
-
-        async def victims_running() -> bool:
-            pods = [await ctx.pod(v) for v in ("v1", "v2")]
-            return all(oracles.is_running(p) for p in pods)
-
-        if not await ctx.until(victims_running, within=60):
-            raise ScenarioError("the victims never ran")
-        ctx.say("v1 and v2 (low priority, 1500m each) Running on node-1")
+        await preemption_victims(ctx)
         async with ctx.fault({"name": "hold-nomination-echo", "type": "watch.hold",
                               "target": {"component": "scheduler"},
                               "match": {"resources": ["pods"], "namespace": "default", "name": "p",
