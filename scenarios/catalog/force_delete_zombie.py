@@ -85,6 +85,12 @@ class ForceDeleteZombie(Scenario):
         ctx.mark("force DELETE db-0" if force else "DELETE db-0 (graceful)", lane="scenario", at=t_del)
         ctx.say("deleted db-0 with --force --grace-period=0" if force else "deleted db-0 gracefully")
         replacement = pod("db-0", labels={"app": "db"})
+        # The operator replaces the pod away from the dead node. Left to itself the scheduler
+        # may still pick it: the node is not NotReady until the grace period passes, and a
+        # replacement stuck on the powered-off node could never run twice.
+        replacement["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [victim]}]}]}}}
         created = False
         came_back = False
         violation: list[str] = []
