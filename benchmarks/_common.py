@@ -488,3 +488,63 @@ class Timer:
     def elapsed(self) -> float:
         """Seconds since creation."""
         return time.perf_counter() - self.started
+
+
+class PodWatch:
+    """A pod watch on one namespace that survives stream ends and notes what it sees.
+
+    Subclasses implement `observe(type, obj, now)` (now: `time.monotonic()` at receipt) and
+    return True when something a waiter cares about changed. The watch resumes from the last
+    resourceVersion it saw after a stream ends or fails.
+    """
+
+    def __init__(self, client: Any, resource_version: str, *, namespace: str) -> None:
+        self.client = client
+        self.rv = resource_version
+        self.namespace = namespace
+        self.changed = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def observe(self, type_: str, obj: dict[str, Any], now: float) -> bool:
+        """Record one event; True wakes the waiters."""
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Start reading the watch."""
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        from services.kinds import PODS
+
+        while True:
+            with contextlib.suppress(Exception):
+                async for ev in self.client.watch(PODS, namespace=self.namespace, resource_version=self.rv):
+                    md = ev.object.get("metadata") or {}
+                    if md.get("resourceVersion"):
+                        self.rv = md["resourceVersion"]
+                    if ev.type in ("ADDED", "MODIFIED") and self.observe(ev.type, ev.object, time.monotonic()):
+                        self.changed.set()
+            await asyncio.sleep(0.1)
+
+    async def wait_until(self, done: Callable[[], bool], limit: float, *, stall: float | None = None) -> bool:
+        """Wait until `done()` (False after `limit` seconds, or after `stall` seconds without change)."""
+        deadline = time.monotonic() + limit
+        last_change = time.monotonic()
+        while not done():
+            now = time.monotonic()
+            if now > deadline or (stall is not None and now - last_change > stall):
+                return False
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), timeout=1.0)
+                last_change = time.monotonic()
+            except TimeoutError:
+                pass
+        return True
+
+    async def stop(self) -> None:
+        """Stop reading."""
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from _common import machine, percentile, run_loop, table, write_results
+from _common import PodWatch, machine, percentile, run_loop, table, write_results
 from kubelet_capacity import CpuWindow, Profiler, count_log_levels, print_profile
 
 from services.client import AlreadyExistsError, ApiClient
@@ -72,66 +72,39 @@ def deployment_body(replicas: int) -> dict[str, Any]:
     }
 
 
-class PodTimes:
+class PodTimes(PodWatch):
     """A watch on the namespace's pods: when each pod was first seen, bound and Running."""
 
     def __init__(self, client: ApiClient, resource_version: str, clock: ClusterClock) -> None:
-        self.client = client
-        self.rv = resource_version
+        super().__init__(client, resource_version, namespace=NAMESPACE)
         self.clock = clock
         self.added: dict[str, float] = {}
         self.created_ts: dict[str, float] = {}
         self.bound: dict[str, float] = {}
         self.running: dict[str, float] = {}
         self.running_cluster: dict[str, float] = {}
-        self.changed = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        """Start reading the watch."""
-        self.task = asyncio.get_running_loop().create_task(self._run())
-
-    async def _run(self) -> None:
-        while True:
-            with contextlib.suppress(Exception):
-                async for ev in self.client.watch(PODS, namespace=NAMESPACE, resource_version=self.rv):
-                    now = time.monotonic()
-                    obj = ev.object
-                    md = obj.get("metadata") or {}
-                    if md.get("resourceVersion"):
-                        self.rv = md["resourceVersion"]
-                    name = md.get("name")
-                    if ev.type not in ("ADDED", "MODIFIED") or not name:
-                        continue
-                    if name not in self.added:
-                        self.added[name] = now
-                        with contextlib.suppress(KeyError, TypeError, ValueError):
-                            self.created_ts[name] = parse_time(md["creationTimestamp"])
-                    if name not in self.bound and (obj.get("spec") or {}).get("nodeName"):
-                        self.bound[name] = now
-                    if name not in self.running and (obj.get("status") or {}).get("phase") == "Running":
-                        self.running[name] = now
-                        self.running_cluster[name] = self.clock.now()
-                        self.changed.set()
-            await asyncio.sleep(0.1)
+    def observe(self, type_: str, obj: dict[str, Any], now: float) -> bool:
+        """Note first sight, binding and Running of each pod."""
+        md = obj.get("metadata") or {}
+        name = md.get("name")
+        if not name:
+            return False
+        if name not in self.added:
+            self.added[name] = now
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                self.created_ts[name] = parse_time(md["creationTimestamp"])
+        if name not in self.bound and (obj.get("spec") or {}).get("nodeName"):
+            self.bound[name] = now
+        if name not in self.running and (obj.get("status") or {}).get("phase") == "Running":
+            self.running[name] = now
+            self.running_cluster[name] = self.clock.now()
+            return True
+        return False
 
     async def wait_running(self, count: int, limit: float) -> bool:
         """Wait until `count` pods are Running (False after `limit` seconds)."""
-        deadline = time.monotonic() + limit
-        while len(self.running) < count:
-            if time.monotonic() > deadline:
-                return False
-            self.changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), timeout=1.0)
-        return True
-
-    async def stop(self) -> None:
-        """Stop reading."""
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+        return await self.wait_until(lambda: len(self.running) >= count, limit)
 
 
 def dist(values: list[float]) -> dict[str, float]:

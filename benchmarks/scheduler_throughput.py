@@ -49,7 +49,17 @@ from pathlib import Path
 from typing import Any, Final
 
 import aiohttp
-from _common import ServerProcess, free_port, machine, percentile, run_loop, server_cores, table, write_results
+from _common import (
+    PodWatch,
+    ServerProcess,
+    free_port,
+    machine,
+    percentile,
+    run_loop,
+    server_cores,
+    table,
+    write_results,
+)
 from kubelet_capacity import (
     CpuWindow,
     Profiler,
@@ -140,58 +150,26 @@ async def create_all(client: ApiClient, bodies: list[dict[str, Any]], kind_obj: 
     return first, time.monotonic(), acked, errors
 
 
-class BindingWatch:
+class BindingWatch(PodWatch):
     """A msgpack watch on the namespace's pods noting when each pod is first seen bound."""
 
     def __init__(self, client: ApiClient, resource_version: str) -> None:
-        self.client = client
-        self.rv = resource_version
+        super().__init__(client, resource_version, namespace=NAMESPACE)
         self.bound: dict[str, tuple[float, str, str]] = {}
-        self.changed = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        """Start reading the watch."""
-        self.task = asyncio.get_running_loop().create_task(self._run())
-
-    async def _run(self) -> None:
-        while True:
-            with contextlib.suppress(Exception):
-                async for ev in self.client.watch(PODS, namespace=NAMESPACE, resource_version=self.rv):
-                    obj = ev.object
-                    md = obj.get("metadata") or {}
-                    if md.get("resourceVersion"):
-                        self.rv = md["resourceVersion"]
-                    if ev.type not in ("ADDED", "MODIFIED"):
-                        continue
-                    node = (obj.get("spec") or {}).get("nodeName")
-                    name = md.get("name")
-                    if node and name and name not in self.bound:
-                        self.bound[name] = (time.monotonic(), node, (md.get("labels") or {}).get("group", ""))
-                        self.changed.set()
-            await asyncio.sleep(0.1)
+    def observe(self, type_: str, obj: dict[str, Any], now: float) -> bool:
+        """Note the first binding of each pod: (time, node, anti-affinity group)."""
+        md = obj.get("metadata") or {}
+        node = (obj.get("spec") or {}).get("nodeName")
+        name = md.get("name")
+        if node and name and name not in self.bound:
+            self.bound[name] = (now, node, (md.get("labels") or {}).get("group", ""))
+            return True
+        return False
 
     async def wait_for(self, count: int, limit: float) -> bool:
         """Wait until `count` pods are bound (False on timeout or when bindings stop for 30 s)."""
-        deadline = time.monotonic() + limit
-        last_progress, last_count = time.monotonic(), -1
-        while len(self.bound) < count:
-            now = time.monotonic()
-            if len(self.bound) != last_count:
-                last_count, last_progress = len(self.bound), now
-            if now > deadline or now - last_progress > 30:
-                return False
-            self.changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), timeout=1.0)
-        return True
-
-    async def stop(self) -> None:
-        """Stop reading."""
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+        return await self.wait_until(lambda: len(self.bound) >= count, limit, stall=30)
 
 
 async def run_case(nodes: int, kind: str, mode: str, args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
