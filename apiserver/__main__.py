@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from apiserver.server import ServerSettings, serve
+from apiserver.watching import WatchSettings
 
 
 def parse_args(argv: list[str] | None = None) -> ServerSettings:
@@ -25,6 +26,8 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
     p.add_argument("--clock-rate", type=float, default=float(os.environ.get("KUBEMESH_CLOCK_RATE", "1")),
                    help="cluster seconds per wall second (default 1)")
     p.add_argument("--seed", type=int, default=None, help="seed for uids and generated names")
+    p.add_argument("--watch-queue", type=int, default=WatchSettings().max_queue,
+                   help="events a watcher may have waiting before it is cut off as too slow (default 10000)")
     p.add_argument("--log-level", default="info")
     a = p.parse_args(argv)
     token = os.environ.get("KUBEMESH_TOKEN") or None
@@ -32,9 +35,11 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
         token = Path(a.token_file).read_text().strip() or None
     if bool(a.tls_cert_file) != bool(a.tls_private_key_file):
         p.error("--tls-cert-file and --tls-private-key-file go together")
+    if a.watch_queue < 1:
+        p.error("--watch-queue must be at least 1")
     return ServerSettings(host=a.host, port=a.port, data_dir=a.data_dir, fsync=a.fsync, token=token,
                           clock_rate=a.clock_rate, seed=a.seed, tls_cert=a.tls_cert_file,
-                          tls_key=a.tls_private_key_file)
+                          tls_key=a.tls_private_key_file, watch=WatchSettings(max_queue=a.watch_queue))
 
 
 def main(argv: list[str] | None = None) -> int:

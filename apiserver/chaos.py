@@ -55,7 +55,7 @@ from apiserver import errors
 from apiserver.chaos_faults import Fault, Timers, fault_rng
 from apiserver.chaos_forward import CallResult, EffectKey, Effects, Forwarder
 from apiserver.chaos_spec import ONE_SHOT, TYPES, WRITE_VERBS, FaultSpec, SpecError, parse
-from apiserver.chaos_watch import WatchChaos
+from apiserver.chaos_watch import ITEM_TYPES, WatchChaos
 from apiserver.history import WRITER
 from apiserver.serving import (
     HUB,
@@ -171,6 +171,7 @@ class ChaosEngine:
             if f.active:
                 active.setdefault(f.spec.type, []).append(f)
         self._active = active
+        self.watch.items_active = any(t in active for t in ITEM_TYPES)
         self._triggered = [f for f in self.faults.values() if f.live and f.spec.triggers]
 
     def faults_of(self, types: Iterable[str]) -> list[Fault]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -36,7 +36,7 @@ from apiserver.watching import Item, Watcher
 from services.clock import Clock
 from services.kinds import key_of
 
-_ITEM_TYPES = ("watch.hold", "watch.delay", "watch.drop", "watch.duplicate", "watch.reorder")
+ITEM_TYPES = ("watch.hold", "watch.delay", "watch.drop", "watch.duplicate", "watch.reorder")
 
 
 class Engine(Protocol):
@@ -121,6 +121,8 @@ class WatchChaos:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.items_active = False
+        """Whether a fault of an item type (ITEM_TYPES) is active (the engine keeps it current)."""
         self.states: dict[int, WatcherState] = {}
         self._seq = itertools.count()
 
@@ -130,13 +132,22 @@ class WatchChaos:
         """`WatchHub.on_watcher` hook: tap the watcher and observe its deliveries."""
         state = WatcherState(w)
         self.states[w.id] = state
-        w.taps.append(lambda watcher, item: self._safe_tap(state, item))
+
+        def tap(watcher: Watcher, item: Item) -> bool:
+            # Called for every event and every watcher: with no watch fault active and nothing
+            # taken from this watcher, it must cost next to nothing.
+            if not self.items_active and not state.by_key:
+                return False
+            return self._safe_tap(state, item)
+
+        w.taps.append(tap)
         inner = w.on_deliver
 
-        def delivered(watcher: Watcher, item: Item) -> None:
+        def delivered(watcher: Watcher, items: Sequence[Item]) -> None:
             if inner is not None:
-                inner(watcher, item)
-            self.engine.on_delivered(watcher, item)
+                inner(watcher, items)
+            for item in items:
+                self.engine.on_delivered(watcher, item)
 
         w.on_deliver = delivered
         self.refresh_bookmarks(w)
@@ -181,10 +192,13 @@ class WatchChaos:
             return False
 
     def _tap(self, state: WatcherState, item: Item) -> bool:
+        active = self.engine.faults_of(ITEM_TYPES)
+        if not active and not state.by_key:
+            return False  # the common case, on every event for every watcher: nothing to do
         w = state.watcher
         type_, event, use_prev = item
         key = f"{event.kind.plural}/{key_of(event.object_for(use_prev=use_prev))}"
-        faults = [f for f in self.engine.faults_of(_ITEM_TYPES) if _item_matches(f, w, item)]
+        faults = [f for f in active if _item_matches(f, w, item)]
         blocked = key in state.by_key
         if not faults and not blocked:
             return False

@@ -5,7 +5,8 @@ Besides the Kubernetes API (`serving.py`) the process serves:
 * `/healthz`, `/livez`, `/readyz` (open without a token), `/metrics` (Prometheus);
 * `/clock`: the cluster clock every component derives its time from;
 * `/kubemesh/v1/components`: the registry where components announce their admin endpoints,
-  so that chaos can reach them.
+  so that chaos can reach them, and the bug switches they run with (`bugs`, read-only: what
+  an attached scenario run checks against its mode).
 
 With a token configured, every other path needs `Authorization: Bearer <token>`; without
 one, a request is 401 and changes nothing.
@@ -19,7 +20,7 @@ import gc
 import hmac
 import random
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -147,10 +148,13 @@ def build_app(settings: ServerSettings) -> web.Application:
         history.append("write", component=component, instance=instance, resource=kind.plural, event=event,
                        key=key_of(obj), rv=rv)
 
-    def record_delivery(w: Watcher, item: Item) -> None:
-        type_, event, _ = item
-        history.append("delivery", component=w.identity[0], instance=w.identity[1], watch=w.id,
-                       resource=event.kind.plural, event=type_, key=event.key, rv=event.rv)
+    def record_delivery(w: Watcher, items: Sequence[Item]) -> None:
+        component, instance = w.identity
+        wid = w.id
+        history.extend(len(items), lambda first, now: [
+            {"index": first + i, "time": now, "type": "delivery", "component": component, "instance": instance,
+             "watch": wid, "resource": event.kind.plural, "event": type_, "key": event.key, "rv": event.rv}
+            for i, (type_, event, _) in enumerate(items)])
 
     store.subscribe(record_write)
     if settings.history_deliveries:
@@ -239,6 +243,11 @@ def build_app(settings: ServerSettings) -> web.Application:
         instance = request.match_info["instance"]
         entry = {"component": str(body.get("component", "")), "instance": instance,
                  "adminURL": body["adminURL"], "registeredAt": clock.now()}
+        bugs = body.get("bugs")
+        if bugs is not None:
+            if not isinstance(bugs, list) or not all(isinstance(b, str) for b in bugs):
+                raise errors.StatusError(422, "Invalid", "bugs must be a list of bug switch names")
+            entry["bugs"] = sorted(set(bugs))
         app[COMPONENTS][instance] = entry
         return render(request, entry)
 

@@ -20,6 +20,7 @@ from typing import Any, Final
 import orjson
 import yaml
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 
 from apiserver import discovery, errors, openapi, tables
 from apiserver.registry import DeleteOptions, Registry, WriteOptions
@@ -222,6 +223,38 @@ def write_options(request: web.Request) -> WriteOptions:
                         force=flag(q.get("force")))
 
 
+class TransportSink:
+    """A watch response written to synchronously (`apiserver.watching.Sink`).
+
+    Chunked-encoding frames go straight to the transport after the response's headers; the
+    buffer limit is the transport's own high-water mark, above which it has paused the
+    protocol, so `drain` (aiohttp's) returns once the transport has resumed.
+    """
+
+    def __init__(self, *, writer: AbstractStreamWriter, transport: asyncio.Transport) -> None:
+        self._writer = writer
+        self._transport = transport
+        self._limit = max(transport.get_write_buffer_limits()[1], 16 * 1024)
+
+    def write(self, data: bytes) -> bool:
+        """Send one chunk; False when the connection is closing or its buffer is full."""
+        t = self._transport
+        if t.is_closing():
+            return False
+        t.write(b"%x\r\n%b\r\n" % (len(data), data))
+        return t.get_write_buffer_size() <= self._limit
+
+    async def drain(self) -> None:
+        """Wait until the transport has room (aiohttp's flow control)."""
+        if self._transport.is_closing():
+            raise ConnectionResetError("the watch connection is closing")
+        await self._writer.drain()
+
+    def abort(self) -> None:
+        """Drop the connection."""
+        self._transport.abort()
+
+
 class Api:
     """The request handlers, bound to one registry and one watch hub."""
 
@@ -416,7 +449,11 @@ class Api:
             await resp.prepare(request)
             await resp.write(encode_event("ERROR", errors.gone(str(exc)).status(), enc))
             return resp
-        await resp.prepare(request)
+        writer = await resp.prepare(request)
+        transport = request.transport
+        if transport is not None and writer is not None:
+            await resp.write(b"")  # the headers go out now: the direct path writes after them
+            watcher.sink = TransportSink(writer=writer, transport=transport)
         try:
             async with asyncio.timeout(timeout):
                 async for chunk in watcher.stream():

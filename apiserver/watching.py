@@ -13,6 +13,17 @@ What a watch promises (the Kubernetes watch-cache contract, kept here):
 * A watcher's queue is bounded. A watcher that cannot keep up is closed (its stream ends;
   the client resumes from its last revision), never allowed to grow memory without bound.
 
+Fan-out cost: a live event is not handed to one task per watcher. Once a watcher has sent
+its initial state and has nothing queued, its stream goes *direct*: new items are queued and
+the watcher is marked dirty in the hub's `Flusher`, which, once per flush, writes every dirty
+watcher's backlog to its connection as one chunk, synchronously. Flushes are coalesced: at
+most one per `WatchSettings.flush_interval` (an idle hub flushes at the end of the current
+loop iteration), so under load a watcher gets one write per interval instead of one task
+wake-up and one write per event. The stream's task wakes only to close, to send a bookmark,
+or when the connection's buffer is full; it then takes the queue back (awaiting the drain)
+and goes direct again once the queue is empty. Both paths pop the same queue and write
+without awaiting in between, so revision order holds across the switch.
+
 Encoding cost: an event's object is serialised at most once per encoding, and the frame
 bytes for each (event type, encoding) are cached on the event, so every watcher of one
 encoding is sent the same bytes. Pod watchers that select one node (`spec.nodeName=X`, the
@@ -26,9 +37,9 @@ import asyncio
 import contextlib
 import itertools
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import msgpack
 import orjson
@@ -121,6 +132,9 @@ class WatchSettings:
     """Wall seconds of idleness after which a watcher that asked for bookmarks gets one."""
     batch: int = 512
     """Frames joined into one write when a watcher has a backlog."""
+    flush_interval: float = 0.005
+    """Wall seconds between two flushes of the direct writers (see the module docstring): the
+    most a live event waits before its write, traded for one write per watcher per interval."""
 
 
 Item = tuple[str, Event, bool]
@@ -130,8 +144,59 @@ Tap = Callable[["Watcher", Item], bool]
 """Chaos's hook on a watcher: called with each item before it is queued; returning True
 means the tap took the item (held, delayed, dropped...) and will `inject` what it delivers."""
 
-Deliver = Callable[["Watcher", Item], None]
-"""Called for each item at the moment its frame is handed to the connection."""
+Deliver = Callable[["Watcher", Sequence[Item]], None]
+"""Called with the items of each write, in order, at the moment their frames are handed to the
+connection."""
+
+
+class Sink(Protocol):
+    """A watch connection written to synchronously (the direct path)."""
+
+    def write(self, data: bytes) -> bool:
+        """Send a chunk now; False when the connection is gone or its buffer is over its limit."""
+        ...
+
+    async def drain(self) -> None:
+        """Wait until the connection's buffer has room again."""
+        ...
+
+    def abort(self) -> None:
+        """Drop the connection at once (what is buffered is lost)."""
+        ...
+
+
+class Flusher:
+    """Coalesces the direct writes of every watcher of a hub.
+
+    `mark` records a watcher with new items and schedules a flush if none is pending: at the
+    end of this loop iteration when the last flush is older than `interval`, else when the
+    interval is over. A flush writes each marked watcher's backlog as one chunk, in the order
+    the watchers were marked (each watcher's own items stay in revision order).
+    """
+
+    def __init__(self, *, interval: float) -> None:
+        self.interval = interval
+        self._dirty: dict[Watcher, None] = {}
+        self._handle: asyncio.Handle | asyncio.TimerHandle | None = None
+        self._last = float("-inf")
+        self.flushes = 0
+
+    def mark(self, w: Watcher) -> None:
+        """`w` has queued items to write."""
+        self._dirty[w] = None
+        if self._handle is None:
+            loop = asyncio.get_running_loop()
+            delay = self._last + self.interval - loop.time()
+            self._handle = loop.call_later(delay, self.flush) if delay > 0 else loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write every marked watcher's backlog (the scheduled callback; tests call it too)."""
+        self._handle = None
+        self._last = asyncio.get_running_loop().time()
+        self.flushes += 1
+        dirty, self._dirty = self._dirty, {}
+        for w in dirty:
+            w.flush()
 
 _ids = itertools.count(1)
 
@@ -142,7 +207,7 @@ class Watcher:
     def __init__(self, *, kind: Kind, namespace: str | None, labels: LabelSelector | None,
                  fields: FieldSelector | None, encoding: Encoding, table: bool, bookmarks: bool,
                  identity: tuple[str, str], settings: WatchSettings, now: Callable[[], float],
-                 revision: Callable[[], int]) -> None:
+                 revision: Callable[[], int], flusher: Flusher | None = None) -> None:
         self.kind = kind
         self.namespace = namespace or None
         self.labels = labels if labels is not None and not labels.empty else None
@@ -167,6 +232,11 @@ class Watcher:
         self.taps: list[Tap] = []
         self.on_deliver: Deliver | None = None
         self._suppress_bookmarks = False
+        self._flusher = flusher
+        self.sink: Sink | None = None
+        """The connection, for the direct path (set by the server once the response is started)."""
+        self.direct = False
+        """Whether new items are written by the flusher (True) or by the stream's task."""
 
     # ------------------------------------------------------------------------------ selection
 
@@ -184,23 +254,25 @@ class Watcher:
             return
         if self.namespace is not None and event.namespace != self.namespace:
             return  # an object never changes namespace: no transition to consider
+        item: Item
         if self.labels is None and self.fields is None:
-            self._push((event.type, event, False))
-            return
-        if event.type == "MODIFIED" and event.prev is not None and (self.labels or self.fields):
+            item = (event.type, event, False)
+        elif event.type == "MODIFIED" and event.prev is not None:
             now_in = self.matches(event.obj)
             was_in = self.matches(event.prev)
             if now_in and was_in:
-                self._push(("MODIFIED", event, False))
+                item = ("MODIFIED", event, False)
             elif now_in:
-                self._push(("ADDED", event, False))
+                item = ("ADDED", event, False)
             elif was_in:
-                self._push(("DELETED", event, True))
+                item = ("DELETED", event, True)
+            else:
+                return
+        elif self.matches(event.obj):
+            item = (event.type, event, False)
+        else:
             return
-        if self.matches(event.obj):
-            self._push((event.type, event, False))
-
-    def _push(self, item: Item) -> None:
+        # This runs for every event and every watcher of its kind: keep it flat.
         for tap in self.taps:
             if tap(self, item):
                 return
@@ -212,11 +284,18 @@ class Watcher:
             return
         if len(self.queue) >= self.settings.max_queue:
             # A watcher that cannot keep up is cut off, as the real watch cache does; the
-            # client resumes from the last revision it received.
+            # client resumes from the last revision it received. Its connection is aborted:
+            # a client that stopped reading would otherwise hold the stream's task forever.
             self.close("watcher too slow: its queue is full")
+            if self.sink is not None:
+                self.sink.abort()
             return
         self.queue.append(item)
-        self._wake.set()
+        if self.direct:
+            assert self._flusher is not None
+            self._flusher.mark(self)
+        else:
+            self._wake.set()
 
     def add_initial(self, frame: bytes) -> None:
         """Queue a frame of the initial state (not counted against the queue bound)."""
@@ -235,6 +314,7 @@ class Watcher:
             self.closed = True
             self.close_reason = reason
             self.final_frame = final_frame
+            self.direct = False
             self._wake.set()
 
     # ------------------------------------------------------------------------------ writing
@@ -273,10 +353,36 @@ class Watcher:
         obj = {"kind": self.kind.kind, "apiVersion": self.kind.api_version, "metadata": md}
         return encode_event("BOOKMARK", obj, self.encoding)
 
+    def _take(self, n: int) -> bytes:
+        """Pop `n` queued items and return their frames as one chunk (deliveries reported)."""
+        queue = self.queue
+        items = [queue.popleft() for _ in range(n)]
+        self.delivered += n
+        if self.on_deliver is not None:
+            self.on_deliver(self, items)
+        if len(items) == 1:
+            return self._frame(items[0])
+        return b"".join([self._frame(item) for item in items])
+
+    def flush(self) -> None:
+        """The direct path: write the whole backlog now (called by the flusher)."""
+        if not self.direct or not self.queue or self.sink is None:
+            return
+        if not self.sink.write(self._take(len(self.queue))):
+            # Gone, or its buffer is full: the stream's task takes over and awaits the drain.
+            self.direct = False
+            self._wake.set()
+
     async def stream(self) -> AsyncIterator[bytes]:
-        """The bytes to send, batched; ends when the watcher is closed and drained."""
+        """The bytes to send, batched; ends when the watcher is closed and drained.
+
+        With a `sink` and a flusher, live items are written directly while the stream waits
+        (see the module docstring); what it yields is then only the initial state, bookmarks,
+        backlogs after a full buffer, and the final frame.
+        """
         batch = self.settings.batch
         while True:
+            self.direct = False
             if self.initial:
                 n = min(batch, len(self.initial))
                 chunk = b"".join(self.initial.popleft() for _ in range(n))
@@ -286,25 +392,24 @@ class Watcher:
                 yield chunk
                 continue
             if self.queue:
-                n = min(batch, len(self.queue))
-                items = [self.queue.popleft() for _ in range(n)]
-                frames = [self._frame(item) for item in items]
-                self.delivered += n
-                if self.on_deliver is not None:
-                    for item in items:
-                        self.on_deliver(self, item)
-                yield b"".join(frames)
+                yield self._take(min(batch, len(self.queue)))
                 continue
             if self.closed:
                 if self.final_frame is not None:
                     yield self.final_frame
                 return
             self._wake.clear()
+            if self.sink is not None and self._flusher is not None:
+                await self.sink.drain()
+                if self.queue or self.closed:
+                    continue
+                self.direct = True
             if self.bookmarks and not self.suppress_bookmarks:
                 try:
                     async with asyncio.timeout(self.settings.bookmark_interval):
                         await self._wake.wait()
                 except TimeoutError:
+                    self.direct = False
                     if self._idle():
                         yield self.bookmark()
             else:
@@ -326,6 +431,7 @@ class WatchHub:
         self.on_watcher: list[Callable[[Watcher], None]] = []
         """Called for every new watcher before it is offered anything live (chaos attaches taps)."""
         self.on_deliver: Deliver | None = None
+        self.flusher = Flusher(interval=self.settings.flush_interval)
         store.subscribe(self.publish)
 
     @property
@@ -360,7 +466,7 @@ class WatchHub:
         """Open a watcher; raises ValueError (410) when the revision is outside the window."""
         w = Watcher(kind=kind, namespace=namespace, labels=labels, fields=fields, encoding=encoding,
                     table=table, bookmarks=bookmarks, identity=identity, settings=self.settings,
-                    now=self._now, revision=lambda: self.store.revision)
+                    now=self._now, revision=lambda: self.store.revision, flusher=self.flusher)
         w.on_deliver = self.on_deliver
         for hook in self.on_watcher:
             hook(w)

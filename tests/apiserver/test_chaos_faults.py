@@ -292,6 +292,7 @@ async def test_reorder_shuffles_across_objects_but_keeps_each_objects_order() ->
                 await _label(mesh, f"p{i}", str(round_))
                 sent.append((f"p{i}", str(round_)))
         await s.wait_for(8)
+        await cm.wait_for(8)
         got = [(e["object"]["metadata"]["name"], e["object"]["metadata"]["labels"]["v"]) for e in s.events]
         assert sorted(got) == sorted(sent)
         assert got != sent  # seed 7: the window is shuffled

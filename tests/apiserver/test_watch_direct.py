@@ -1,0 +1,250 @@
+"""The direct write path of watch streams: coalescing, order across the switch, slow clients.
+
+A `Sink` stand-in records what the flusher writes; the stream's task yields what the slow
+path writes; both go into one log, which must be the events in revision order, each once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import orjson
+
+from apiserver.registry import Registry, WriteOptions
+from apiserver.storage import Store
+from apiserver.watching import Watcher, WatchHub, WatchSettings
+from services.clock import ManualClock
+from services.kinds import PODS, Obj
+
+if TYPE_CHECKING:
+    from conftest import StartApiServer
+
+OPTS = WriteOptions()
+
+
+class FakeSink:
+    """A connection whose buffer can be made full, and whose drain the test releases."""
+
+    def __init__(self, log: list[bytes]) -> None:
+        self.log = log
+        self.full = False
+        self.writes = 0
+        self.aborted = False
+        self.room = asyncio.Event()
+        self.room.set()
+
+    def write(self, data: bytes) -> bool:
+        self.writes += 1
+        self.log.append(data)
+        return not self.full
+
+    async def drain(self) -> None:
+        await self.room.wait()
+
+    def abort(self) -> None:
+        self.aborted = True
+        self.room.set()
+
+    def fill(self) -> None:
+        self.full = True
+        self.room.clear()
+
+    def empty(self) -> None:
+        self.full = False
+        self.room.set()
+
+
+def make(*, max_queue: int = 1000, interval: float = 0.0) -> tuple[Registry, WatchHub]:
+    clock = ManualClock()
+    store = Store()
+    hub = WatchHub(store=store, now=clock.now,
+                   settings=WatchSettings(max_queue=max_queue, bookmark_interval=3600, flush_interval=interval))
+    reg = Registry(store=store, clock=clock, rng=random.Random(1))
+    return reg, hub
+
+
+def pod(name: str) -> Obj:
+    return {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+
+
+def open_watch(hub: WatchHub, reg: Registry) -> Watcher:
+    return hub.watch(PODS, namespace=None, labels=None, fields=None, resource_version=str(reg.store.revision),
+                     send_initial_events=False, encoding="json", table=False, bookmarks=False, identity=("t", "t"))
+
+
+def names(log: list[bytes]) -> list[str]:
+    out = []
+    for chunk in log:
+        for line in chunk.splitlines():
+            if line:
+                out.append(orjson.loads(line)["object"]["metadata"]["name"])
+    return out
+
+
+async def start(w: Watcher, log: list[bytes]) -> asyncio.Task[Any]:
+    """Run the stream's task as the server does: what it yields is written, in order."""
+
+    async def pump() -> None:
+        async for chunk in w.stream():
+            log.append(chunk)
+
+    task = asyncio.create_task(pump(), name=f"watch-{w.id}")
+    for _ in range(5):
+        await asyncio.sleep(0)
+    return task
+
+
+def is_direct(w: Watcher) -> bool:
+    return w.direct
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_events_written_by_the_flusher_one_chunk_per_flush() -> None:
+    reg, hub = make()
+    w = open_watch(hub, reg)
+    log: list[bytes] = []
+    sink = FakeSink(log)
+    w.sink = sink
+    task = await start(w, log)
+    assert w.direct
+    for i in range(10):
+        reg.create(PODS, "default", pod(f"p{i}"), OPTS)  # one loop iteration: one flush
+    await settle()
+    assert names(log) == [f"p{i}" for i in range(10)]
+    assert sink.writes == 1
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def test_flushes_are_coalesced_to_one_per_interval() -> None:
+    reg, hub = make(interval=0.05)
+    w = open_watch(hub, reg)
+    log: list[bytes] = []
+    sink = FakeSink(log)
+    w.sink = sink
+    task = await start(w, log)
+    reg.create(PODS, "default", pod("first"), OPTS)
+    await settle()
+    assert sink.writes == 1  # idle hub: written at the end of the iteration
+    for i in range(5):
+        reg.create(PODS, "default", pod(f"p{i}"), OPTS)
+        await asyncio.sleep(0.001)
+    assert sink.writes == 1  # inside the interval: waiting
+    await asyncio.sleep(0.08)
+    assert sink.writes == 2
+    assert names(log) == ["first", "p0", "p1", "p2", "p3", "p4"]
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def test_full_buffer_hands_over_to_the_task_and_back_in_order() -> None:
+    reg, hub = make()
+    w = open_watch(hub, reg)
+    log: list[bytes] = []
+    sink = FakeSink(log)
+    w.sink = sink
+    task = await start(w, log)
+    reg.create(PODS, "default", pod("a0"), OPTS)
+    sink.fill()
+    reg.create(PODS, "default", pod("a1"), OPTS)
+    await settle()  # a1 was written, the sink said full: the task now awaits the drain
+    assert not w.direct
+    for i in range(3):
+        reg.create(PODS, "default", pod(f"b{i}"), OPTS)  # queued while congested
+    await settle()
+    assert names(log) == ["a0", "a1"]
+    sink.empty()
+    await settle()
+    reg.create(PODS, "default", pod("c0"), OPTS)
+    await settle()
+    assert is_direct(w)  # a function call: mypy narrowed `w.direct` to False above
+    assert names(log) == ["a0", "a1", "b0", "b1", "b2", "c0"]
+    w.close("done")
+    await asyncio.wait_for(task, 1)
+
+
+async def test_a_client_that_stops_reading_is_cut_off() -> None:
+    reg, hub = make(max_queue=5)
+    w = open_watch(hub, reg)
+    log: list[bytes] = []
+    sink = FakeSink(log)
+    w.sink = sink
+    task = await start(w, log)
+    sink.fill()
+    reg.create(PODS, "default", pod("x"), OPTS)
+    await settle()
+    for i in range(6):
+        reg.create(PODS, "default", pod(f"y{i}"), OPTS)
+    assert w.closed and "too slow" in w.close_reason
+    assert sink.aborted
+    await asyncio.wait_for(task, 1)
+    assert len(w.queue) <= 5
+
+
+async def test_without_a_sink_the_task_writes_everything() -> None:
+    reg, hub = make()
+    w = open_watch(hub, reg)
+    log: list[bytes] = []
+    task = await start(w, log)
+    for i in range(3):
+        reg.create(PODS, "default", pod(f"p{i}"), OPTS)
+        await settle()
+    assert not w.direct
+    assert names(log) == ["p0", "p1", "p2"]
+    w.close("done")
+    await asyncio.wait_for(task, 1)
+
+
+# ---- over HTTP, against the real process ----------------------------------------------------
+
+
+def _open_watches(metrics_text: str) -> int:
+    for line in metrics_text.splitlines():
+        if line.startswith("apiserver_registered_watchers "):
+            return int(float(line.split()[1]))
+    raise AssertionError("no apiserver_registered_watchers in /metrics")
+
+
+async def test_a_watch_client_that_stops_reading_is_disconnected_and_the_server_keeps_serving(
+        start_apiserver: StartApiServer) -> None:
+    server = await start_apiserver(extra_args=("--watch-queue", "20"))
+    host, port = "127.0.0.1", server.port
+    # A raw client: sends the watch request, reads the response head, then never reads again.
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(b"GET /api/v1/namespaces/default/pods?watch=true HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    big = "x" * 200_000  # each event is ~200 KB: the socket buffers fill after a few dozen
+    async with aiohttp.ClientSession() as http:
+        cut = False
+        for i in range(400):
+            body = {"metadata": {"name": f"big-{i}", "annotations": {"blob": big}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+            async with http.post(f"{server.url}/api/v1/namespaces/default/pods", json=body) as r:
+                assert r.status == 201, await r.text()
+            if i % 20 == 19:
+                async with http.get(f"{server.url}/metrics") as r:
+                    text = await r.text()
+                if _open_watches(text) == 0:
+                    cut = True
+                    break
+        assert cut, "the watcher that stopped reading was never cut off"
+        async with http.get(f"{server.url}/api/v1/namespaces/default/pods/big-0") as r:
+            assert r.status == 200
+    # The server dropped the connection: reading drains what was buffered, then ends.
+    with contextlib.suppress(ConnectionResetError):
+        async with asyncio.timeout(10):
+            while await reader.read(1 << 20):
+                pass
+    writer.close()
