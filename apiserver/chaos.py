@@ -160,6 +160,7 @@ class ChaosEngine:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stalled = 0
         self._active: dict[str, list[Fault]] = {}
+        self._requests_active = False
         self._triggered: list[Fault] = []
         self._lock = asyncio.Lock()
 
@@ -172,6 +173,7 @@ class ChaosEngine:
                 active.setdefault(f.spec.type, []).append(f)
         self._active = active
         self.watch.items_active = any(t in active for t in ITEM_TYPES)
+        self._requests_active = any(t in active for t in _REQUEST_TYPES)
         self._triggered = [f for f in self.faults.values() if f.live and f.spec.triggers]
 
     def faults_of(self, types: Iterable[str]) -> list[Fault]:
@@ -699,18 +701,25 @@ class ChaosEngine:
 
     # ------------------------------------------------------------------------------ requests
 
-    async def intercept(self, request: web.Request, who: tuple[str, str],
-                        handler: Any) -> web.StreamResponse:
-        """The request interceptor (`app[INTERCEPTORS]`)."""
+    def engaged(self, request: web.Request, who: tuple[str, str]) -> bool:
+        """Whether a request fault may apply (`apiserver.server.Interceptor`); notes who was seen.
+
+        Every API request passes here: with no request fault active it is one flag check.
+        """
         path = request.path
         if path.startswith(_SKIP_PREFIXES) or path in _OPEN:
-            resp: web.StreamResponse = await handler()
-            return resp
+            return False
         if who not in self.seen and len(self.seen) < 100_000:
             self.seen[who] = self.clock.now()
+        return self._requests_active
+
+    async def intercept(self, request: web.Request, who: tuple[str, str],
+                        handler: Any) -> web.StreamResponse:
+        """The request interceptor (`app[INTERCEPTORS]`), for requests it is `engaged` with."""
+        path = request.path
         faults = [f for f in self.faults_of(_REQUEST_TYPES) if f.hits(*who)]
         if not faults:
-            resp = await handler()
+            resp: web.StreamResponse = await handler()
             return resp
         detail = {"component": who[0], "instance": who[1], "method": request.method, "path": path}
         for f in faults:
@@ -1075,7 +1084,7 @@ def install(app: web.Application, *, rng: random.Random, token: str | None = Non
 
     engine = ChaosEngine(app, rng=rng, token=token, clock=clock, forward_timeout=forward_timeout)
     app[CHAOS] = engine
-    app[INTERCEPTORS].append(engine.intercept)
+    app[INTERCEPTORS].append(engine)
     app[HUB].on_watcher.append(engine.watch.attach)
     engine.store.subscribe(engine.on_write)
     app.add_routes(engine.routes())

@@ -266,6 +266,7 @@ class Registry:
         if sent_rv not in (None, "") and str(sent_rv) != old["metadata"]["resourceVersion"]:
             raise errors.conflict(kind, name)
         if subresource == "status":
+            spec_changed = False  # a status write keeps the stored spec
             candidate: Obj = {**old, "metadata": dict(old["metadata"])}
             if "status" in new:
                 candidate["status"] = new["status"]
@@ -290,9 +291,10 @@ class Registry:
             admission.default_update(kind, candidate)
             if kind is PODS:
                 self._check_pod_update(old, candidate)
-            if "generation" in old["metadata"] and candidate.get("spec") != old.get("spec"):
+            spec_changed = candidate.get("spec") != old.get("spec")
+            if "generation" in old["metadata"] and spec_changed:
                 md["generation"] = int(old["metadata"]["generation"]) + 1
-        causes = validate_object(kind, candidate) + _time_causes(kind, candidate)
+        causes = validate_object(kind, candidate, spec_known_valid=not spec_changed) + _time_causes(kind, candidate)
         if causes:
             raise errors.invalid(kind, name, [dict(c) for c in causes])
         candidate["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]

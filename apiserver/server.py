@@ -23,7 +23,7 @@ import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import orjson
 import structlog
@@ -103,8 +103,19 @@ class Metrics:
 
 
 Handler = Callable[[], Awaitable[web.StreamResponse]]
-Interceptor = Callable[[web.Request, tuple[str, str], Handler], Awaitable[web.StreamResponse]]
-"""Wraps the handling of one API request: may delay it, fail it, or fail it after it ran."""
+
+
+class Interceptor(Protocol):
+    """Wraps the handling of API requests: may delay one, fail it, or fail it after it ran."""
+
+    def engaged(self, request: web.Request, who: tuple[str, str]) -> bool:
+        """Whether this request must go through `intercept` (asked synchronously, for every request)."""
+        ...
+
+    async def intercept(self, request: web.Request, who: tuple[str, str], handler: Handler) -> web.StreamResponse:
+        """Handle the request, calling `handler` (or not)."""
+        ...
+
 
 CLOCK: Final = web.AppKey("clock", ClusterClock)
 HISTORY: Final = web.AppKey("history", History)
@@ -315,12 +326,17 @@ def build_app(settings: ServerSettings) -> web.Application:
 
 async def _chain(request: web.Request, who: tuple[str, str], handler: Any,
                  interceptors: list[Interceptor]) -> web.StreamResponse:
-    """Run the handler through the interceptors (chaos), outermost first."""
+    """Run the handler through the engaged interceptors (chaos), outermost first."""
+    engaged = [i for i in interceptors if i.engaged(request, who)]
+    if not engaged:  # the common case: no fault concerns this request
+        resp: web.StreamResponse = await handler(request)
+        return resp
+
     async def call(i: int) -> web.StreamResponse:
-        if i == len(interceptors):
+        if i == len(engaged):
             resp: web.StreamResponse = await handler(request)
             return resp
-        return await interceptors[i](request, who, lambda: call(i + 1))
+        return await engaged[i].intercept(request, who, lambda: call(i + 1))
     return await call(0)
 
 

@@ -541,9 +541,9 @@ class _Checker:
             for part in ("capacity", "allocatable"):
                 self.map(status, part, f"status.{part}")
 
-    def pod(self, obj: Obj) -> None:
+    def pod(self, obj: Obj, *, with_spec: bool = True) -> None:
         spec = self.map(obj, "spec", "spec", required=True)
-        if spec is not None:
+        if spec is not None and with_spec:
             self.pod_spec(spec, "spec", workload=False)
         status = self.map(obj, "status", "status")
         if status is not None:
@@ -628,8 +628,13 @@ class _Checker:
             self.string(target, "name", "target.name", required=True)
 
 
-def validate_object(kind: Kind, obj: Obj) -> list[Cause]:
-    """The causes that make `obj` invalid as an object of `kind` (empty when it is valid)."""
+def validate_object(kind: Kind, obj: Obj, *, spec_known_valid: bool = False) -> list[Cause]:
+    """The causes that make `obj` invalid as an object of `kind` (empty when it is valid).
+
+    `spec_known_valid`: the spec is equal to a spec this function already accepted (an update
+    that leaves the spec alone: validation is a pure function of the object, so the pod and
+    workload spec checks, the costly part, are skipped).
+    """
     check = _Checker()
     check.metadata(obj)
     for part in ("spec", "status"):
@@ -638,9 +643,10 @@ def validate_object(kind: Kind, obj: Obj) -> list[Cause]:
             return check.causes
     name = kind.kind
     if name == "Pod":
-        check.pod(obj)
+        check.pod(obj, with_spec=not spec_known_valid)
     elif name in ("Deployment", "ReplicaSet", "DaemonSet"):
-        check.workload(obj, name)
+        if not spec_known_valid:
+            check.workload(obj, name)
     elif name == "Node":
         check.node(obj)
     elif name == "Lease":

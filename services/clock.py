@@ -20,6 +20,7 @@ runs can be repeated. This module is the one place that reads the machine's cloc
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import heapq
 import itertools
@@ -175,7 +176,13 @@ def component_rng(seed: int | None, *, component: str, instance: str = "") -> ra
 
 def format_time(t: float) -> str:
     """metav1.Time: RFC 3339 in UTC at second precision, `2026-11-21T12:00:00Z`."""
-    return datetime.fromtimestamp(int(t), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _format_second(int(t))
+
+
+@functools.lru_cache(maxsize=256)
+def _format_second(s: int) -> str:
+    # Every create and status post formats "now": the same few seconds, over and over.
+    return datetime.fromtimestamp(s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def format_micro_time(t: float) -> str:
