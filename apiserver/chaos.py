@@ -459,7 +459,8 @@ class ChaosEngine:
             raise _invalid(causes, name)
         old = f.spec
         forwarded = spec.category in ("node", "component", "clock")
-        redo = f.active and forwarded and (spec.target != old.target or spec.params != old.params)
+        redo = f.active and forwarded and (spec.target != old.target or spec.params != old.params
+                                           or spec.match != old.match)
         if redo:
             await self._run(self._recover_forwarded(f))
         f.spec = spec
@@ -626,6 +627,12 @@ class ChaosEngine:
             i = p["informer"]
             return (("component", target, "informer", i), ("POST", f"{base}/chaos/informers/{i}/freeze", None),
                     ("POST", f"{base}/chaos/informers/{i}/unfreeze", None))
+        if t == "component.dropHandler":
+            m = f.spec.match
+            drop = {"resources": list(m.resources), "eventTypes": list(m.event_types), "namespace": m.namespace,
+                    "name": m.name, "occurrence": p.get("occurrence")}
+            url = f"{base}/chaos/handler-drops/{f.name}"
+            return ("component", target, "dropHandler", f.name), ("POST", url, drop), ("DELETE", url, None)
         if t == "component.chaosPoint":
             body = {k: v for k, v in p.items() if k != "point"}
             return (("component", target, "point", p["point"]), ("POST", f"{base}/chaos/points/{p['point']}", body),

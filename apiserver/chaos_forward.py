@@ -7,10 +7,10 @@ fault ends, since recovery calls are idempotent (Chaos Mesh's worst bug class is
 were never recovered because nobody was sure they had been applied).
 
 Effects are reference-counted by `EffectKey` (node power, a node's lease, one condition
-type, a component's pause, one informer, one chaos point, a component's clock): when two
-faults pause the same component, it is resumed only when the last of them ends; when the
-topmost of two faults setting one node condition ends, the other's value is applied again.
-Clock skews of overlapping faults add up.
+type, a component's pause, one informer, one chaos point, a component's clock; a handler drop
+is its fault's own, keyed by the fault's name): when two faults pause the same component, it
+is resumed only when the last of them ends; when the topmost of two faults setting one node
+condition ends, the other's value is applied again. Clock skews of overlapping faults add up.
 
 Admin contracts used (kubelet: `kubelet/admin.py`; components: `services/component.py` and
 `services/chaospoints.py`):
@@ -26,6 +26,8 @@ Admin contracts used (kubelet: `kubelet/admin.py`; components: `services/compone
     POST   {admin}/chaos/informers/{name}/freeze | unfreeze
     POST   {admin}/chaos/points/{name}                {"action","count","after","exitCode","restart"}
     DELETE {admin}/chaos/points/{name}
+    POST   {admin}/chaos/handler-drops/{fault}        {"resources","eventTypes","namespace","name","occurrence"}
+    DELETE {admin}/chaos/handler-drops/{fault}
 """
 
 from __future__ import annotations

@@ -13,6 +13,15 @@ A fault is plain JSON (or msgpack)::
                  "resource": "nodes", "name": "node-1", "eventTypes": ["DELETED"], "delay": 30},
      "breakObjectOrder": false}
 
+`component.dropHandler` is the one component fault with a match: `match.resources` (required)
+names the informers of the target component, `match.eventTypes` the notifications (ADDED =
+on_add, MODIFIED = on_update, DELETED = on_delete), `match.namespace`/`match.name` the object;
+`params.occurrence` N drops only the N-th match (default: every match while active). The
+informer's store still applies the change; only its handlers miss it (kubernetes#56261,
+#94437). Compare `watch.drop`, enforced on the apiserver's stream: there the store misses it
+too, and the next relist repairs both; after a handler drop no relist repairs anything, since
+the store was right all along. `probability` applies per target, as for every forwarded fault.
+
 `parse` turns it into a frozen `FaultSpec` or raises `SpecError` carrying one cause per
 field at fault (the API answers 422 with them). Nothing here looks at the cluster: whether a
 target exists is checked by the engine (`apiserver.chaos`).
@@ -55,6 +64,7 @@ TYPES: Final[dict[str, Category]] = {
     "component.crash": "component",
     "component.freezeInformer": "component",
     "component.chaosPoint": "component",
+    "component.dropHandler": "component",
     "clock.skew": "clock",
     "clock.jump": "clock",
 }
@@ -596,6 +606,10 @@ def _params(type_: str, raw: Any, causes: _Causes, match: Selector) -> dict[str,
         flag("restart", False)
     elif type_ == "component.freezeInformer":
         text("informer", required=True)
+    elif type_ == "component.dropHandler":
+        allowed.add("occurrence")
+        if raw.get("occurrence") is not None:
+            p["occurrence"] = _int(raw["occurrence"], "params.occurrence", causes, minimum=1, default=1)
     elif type_ == "component.chaosPoint":
         text("point", required=True)
         allowed.add("action")
@@ -641,11 +655,19 @@ def parse(raw: Any) -> FaultSpec:
         causes.add("name", "must be a lowercase DNS-style name ([a-z0-9], '-' and '.')")
         name = None
     target = parse_target(raw.get("target"), causes, category=category)
-    match = parse_selector(raw.get("match"), "match", causes, watch=category == "watch",
+    handler_drop = type_ == "component.dropHandler"
+    match = parse_selector(raw.get("match"), "match", causes, watch=category == "watch" or handler_drop,
                            request=category == "request")
     if category in ("request", "reads") and match.fields:
         causes.add("match.fields", "field conditions apply to watch events (and triggers), not to requests")
-    if category not in _MATCH_TYPES and match != Selector():
+    if handler_drop:
+        if not match.resources:
+            causes.add("match.resources", "required: the resource whose informer's handlers miss events, e.g. nodes")
+        elif any("/" in r for r in match.resources):
+            causes.add("match.resources", "informers watch whole resources: no subresources")
+        if match.fields:
+            causes.add("match.fields", f"{type_} matches event types, namespace and name, not field conditions")
+    elif category not in _MATCH_TYPES and match != Selector():
         causes.add("match", f"{type_} matches no requests or events; leave match out")
     if type_ == "request.commitThenFail" and not match.verbs:
         match = Selector(verbs=WRITE_VERBS, resources=match.resources, namespace=match.namespace, name=match.name,

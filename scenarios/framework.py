@@ -14,6 +14,13 @@ apiserver publishes it, the same time base as the history's records.
 Verdicts are three-valued: `reproduced` (the bug's symptom was observed, with the evidence that
 it came from the bug's mechanism), `prevented` (the healthy outcome was observed in time), and
 `inconclusive` (neither could be established; never a guess).
+
+Attached runs (`scenarios.attached`): a scenario can also run against a mesh that is already
+running (the compose stack). Then nothing is started or torn down; a `reusable` scenario keeps
+its objects in `ctx.namespace` and registers an undo (`ctx.defer`) for every change outside
+it, which the runner plays back (`ctx.cleanup()`), so that it can run again on the same mesh.
+Node power goes through the kubelet's admin endpoint or, where that is not reachable (the
+stack publishes only the apiserver), through the chaos front door (`node_access`).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Protocol, TypeVar
 
 import aiohttp
 
@@ -34,7 +41,6 @@ from services.kinds import EVENTS, NODES, PODS, Obj
 
 if TYPE_CHECKING:
     from services.client import ApiClient
-    from services.launching import Mesh
 
 Outcome = Literal["reproduced", "prevented", "inconclusive"]
 Mode = Literal["buggy", "fixed"]
@@ -43,6 +49,22 @@ EXPECTED: Final[Mapping[Mode, Outcome]] = {"buggy": "reproduced", "fixed": "prev
 """The outcome each mode must have: the old code shows the race, the fix prevents it."""
 
 T = TypeVar("T")
+
+NodeAccess = Literal["admin", "chaos", "auto"]
+"""How a context powers nodes off and on: the kubelet's admin endpoint, the chaos front door's
+`node.powerOff` fault, or the admin endpoint when it answers and chaos otherwise."""
+
+
+class MeshEndpoint(Protocol):
+    """What a context needs of a mesh (a `Mesh`, or an `scenarios.attached.ExistingMesh`)."""
+
+    @property
+    def apiserver_url(self) -> str:
+        """The apiserver's URL."""
+
+    @property
+    def token(self) -> str | None:
+        """The bearer token (None: no authentication)."""
 
 
 class ScenarioError(RuntimeError):
@@ -103,12 +125,25 @@ class Scenario(ABC):
     upstream: ClassVar[tuple[str, ...]] = ()
     """Upstream issues and fixes, e.g. `("kubernetes#50813", "kubernetes#53647")`."""
     bugs: ClassVar[tuple[str, ...]] = ()
-    """Bug switches turned on in buggy mode (fixed mode runs with none)."""
+    """Bug switches turned on in buggy mode (fixed mode runs without them)."""
+    era_bugs: ClassVar[tuple[str, ...]] = ()
+    """Switches on in both modes: the release the race is shown in (e.g. the 1.8 affinity code that
+    surfaces the error the fix under test reacts to). Empty: fixed mode is today's code."""
     needs_chaos: ClassVar[bool] = False
     """Whether the scenario needs the chaos front door (`/chaos/v1/faults`)."""
     shape: ClassVar[MeshShape] = MeshShape()
     deadline: ClassVar[float] = 600.0
     """Cluster seconds after which the runner gives up on `run` (inconclusive)."""
+    reusable: ClassVar[bool] = False
+    """Whether the scenario leaves an attached mesh as it found it: its objects live in
+    `ctx.namespace` (deleted after the run) and every change outside it has an undo
+    (`ctx.defer`, or the context's own node and fault operations). A scenario that is not
+    reusable consumes an attached mesh: the runner refuses later runs on it."""
+
+    def bugs_for(self, mode: Mode) -> tuple[str, ...]:
+        """The switches a mode runs with: `era_bugs`, plus `bugs` in buggy mode."""
+        extra = self.bugs if mode == "buggy" else ()
+        return tuple(dict.fromkeys((*self.era_bugs, *extra)))
 
     def mesh_shape(self, mode: Mode) -> MeshShape:
         """The mesh for a mode (the same for both unless a scenario says otherwise)."""
@@ -130,8 +165,9 @@ class ScenarioContext:
     focus on (`focus`).
     """
 
-    def __init__(self, *, mesh: Mesh, client: ApiClient, clock: ClusterClock, mode: Mode, seed: int,
-                 session: aiohttp.ClientSession, log: Callable[[str], None] | None = None) -> None:
+    def __init__(self, *, mesh: MeshEndpoint, client: ApiClient, clock: ClusterClock, mode: Mode, seed: int,
+                 session: aiohttp.ClientSession, log: Callable[[str], None] | None = None,
+                 namespace: str = "default", history_since: int = 0, node_access: NodeAccess = "admin") -> None:
         self.mesh = mesh
         self.client = client
         self.clock = clock
@@ -150,6 +186,14 @@ class ScenarioContext:
         self._admin: dict[str, str] | None = None
         self._records: list[dict[str, Any]] = []
         self._node_admin: dict[str, str] = {}
+        self.namespace = namespace
+        """Where a reusable scenario creates its objects ("default" on a fresh mesh)."""
+        self.history_since = history_since
+        """The history index the run started after (`records` and the report start there)."""
+        self.node_access: NodeAccess = node_access
+        """How nodes are powered off and on (resolved on first use when "auto")."""
+        self._undo: dict[str, Callable[[], Awaitable[object]]] = {}
+        self._power_faults: dict[str, str] = {}
 
     # -- time ---------------------------------------------------------------------------------
 
@@ -254,7 +298,7 @@ class ScenarioContext:
 
     async def records(self) -> list[dict[str, Any]]:
         """The history so far (fetched incrementally; the list is shared, do not modify it)."""
-        last = self._records[-1]["index"] if self._records else 0
+        last = self._records[-1]["index"] if self._records else self.history_since
         self._records.extend(await self.history(since=int(last)))
         return self._records
 
@@ -333,16 +377,88 @@ class ScenarioContext:
             return json.loads(text) if text.strip() else None
 
     async def power_off(self, node: str) -> None:
-        """Power a node off: heartbeats, lease, status and pod work stop; pods stay in the API."""
-        await self.node_op(node, "power-off")
+        """Power a node off: heartbeats, lease, status and pod work stop; pods stay in the API.
+
+        Through the kubelet's admin endpoint, or the chaos front door's `node.powerOff` fault
+        (`node_access`); the same effect either way. Powering the node on again is registered
+        as an undo (`cleanup`) until `power_on`.
+        """
+        if await self._node_power_access() == "chaos":
+            created = await self.add_fault({"name": f"scenario-power-off-{node}", "type": "node.powerOff",
+                                            "target": {"node": node}, "duration": None})
+            name = str(created.get("name") or f"scenario-power-off-{node}")
+            self._power_faults[node] = name
+            status = created.get("status") or {}
+            if status.get("phase") not in (None, "Active") or status.get("injected") == 0:
+                raise ScenarioError(f"chaos could not power {node} off (fault {name} is {status.get('phase')}: "
+                                    f"{status.get('lastError') or 'no error given'})")
+        else:
+            await self.node_op(node, "power-off")
+        self.defer(f"power-on {node}", lambda: self.power_on(node))
         self.say(f"{node} powered off")
         self.open_window(f"{node} powered off", lane=f"node/{node}")
 
     async def power_on(self, node: str) -> None:
         """Boot a powered-off node again."""
-        await self.node_op(node, "power-on")
+        fault = self._power_faults.pop(node, None)
+        if fault is not None:
+            await self.remove_fault(fault)  # healing the fault powers the node on
+        else:
+            await self.node_op(node, "power-on")
+        self.settle(f"power-on {node}")
         self.close_window(f"{node} powered off")
         self.say(f"{node} powered on")
+
+    async def _node_power_access(self) -> Literal["admin", "chaos"]:
+        """Resolve `node_access` ("auto": the admin endpoints if they answer from here, else chaos)."""
+        if self.node_access != "auto":
+            return self.node_access
+        reachable = False
+        with contextlib.suppress(ScenarioError, aiohttp.ClientError, OSError, TimeoutError):
+            kubelets = [u for i, u in (await self.admin_urls(refresh=True)).items() if i.startswith("kubelet")]
+            if kubelets:
+                async with self.session.get(f"{kubelets[0]}/healthz", headers=self._headers(),
+                                            timeout=aiohttp.ClientTimeout(total=3)) as resp:
+                    reachable = resp.status == 200
+        if reachable:
+            self.node_access = "admin"
+        elif await self.chaos_available():
+            self.node_access = "chaos"
+        else:
+            raise ScenarioError("the kubelets' admin endpoints do not answer from here and the apiserver serves no "
+                                "chaos front door: nodes cannot be powered off")
+        via = "the kubelets' admin endpoints" if reachable else "the chaos front door (node.powerOff)"
+        self.say(f"node power operations go through {via}")
+        return self.node_access
+
+    # -- undo (attached meshes) -------------------------------------------------------------------
+
+    def defer(self, label: str, undo: Callable[[], Awaitable[object]]) -> None:
+        """Register how to undo a change made outside `namespace` (a taint, a powered-off node).
+
+        `cleanup` plays the undos back, newest first. A later `defer` with the same label
+        replaces the earlier one; `settle(label)` drops it once the scenario undid the change.
+        """
+        self._undo.pop(label, None)
+        self._undo[label] = undo
+
+    def settle(self, label: str) -> None:
+        """The change behind `label` was undone already: nothing left to do at cleanup."""
+        self._undo.pop(label, None)
+
+    async def cleanup(self) -> list[str]:
+        """Play back every registered undo, newest first; what failed, in words (never raises).
+
+        The runner calls it after an attached run (a fresh mesh is simply stopped).
+        """
+        failures: list[str] = []
+        while self._undo:
+            label, undo = self._undo.popitem()
+            try:
+                await undo()
+            except Exception as exc:  # every undo gets its chance; the failures are reported
+                failures.append(f"{label}: {type(exc).__name__}: {exc}")
+        return failures
 
     async def set_condition(self, node: str, type_: str, status: str = "True", *, reason: str | None = None) -> None:
         """Have the kubelet report a node condition (MemoryPressure, DiskPressure, ...)."""
@@ -350,12 +466,14 @@ class ScenarioContext:
         if reason:
             body["reason"] = reason
         await self.node_op(node, "conditions", body)
+        self.defer(f"clear {node} {type_}", lambda: self.clear_condition(node, type_))
         self.say(f"{node} reports {type_}={status}")
         self.open_window(f"{node} {type_}", lane=f"node/{node}")
 
     async def clear_condition(self, node: str, type_: str) -> None:
         """Stop overriding a condition."""
         await self.node_op(node, f"conditions/{type_}", method="DELETE")
+        self.settle(f"clear {node} {type_}")
         self.close_window(f"{node} {type_}")
         self.say(f"{node} {type_} override cleared")
 
@@ -382,7 +500,9 @@ class ScenarioContext:
         import json
 
         created: dict[str, Any] = json.loads(text) if text.strip() else {}
-        self.say(f"fault {created.get('name', body.get('name'))} ({body.get('type')}) created")
+        name = str(created.get("name") or body.get("name"))
+        self.defer(f"remove fault {name}", lambda: self.remove_fault(name))
+        self.say(f"fault {name} ({body.get('type')}) created")
         return created
 
     async def remove_fault(self, name: str) -> None:
@@ -391,6 +511,7 @@ class ScenarioContext:
                                        timeout=aiohttp.ClientTimeout(total=10)) as resp:
             if resp.status >= 300 and resp.status != 404:
                 raise ScenarioError(f"removing fault {name!r}: {resp.status} {(await resp.text())[:300]}")
+        self.settle(f"remove fault {name}")
         self.say(f"fault {name} removed")
 
     async def fault_status(self, name: str) -> dict[str, Any] | None:

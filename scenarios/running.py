@@ -12,6 +12,9 @@
    the processes' logs stay in `mesh/logs/`.
 
 A run is as expected when buggy mode reproduced and fixed mode prevented the race.
+
+`run_scenario(..., target=ExistingMesh(...))` runs on a mesh that is already running instead
+(the compose stack): see `scenarios.attached`.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import aiohttp
 
@@ -42,6 +45,9 @@ from scenarios.framework import (
     fetch_history,
 )
 from services.clock import ClusterClock
+
+if TYPE_CHECKING:
+    from scenarios.attached import ExistingMesh
 
 DEFAULT_REPORT_ROOT: Final = Path("kubemesh-reports")
 
@@ -64,6 +70,8 @@ class RunResult:
     expected: Outcome = "reproduced"
     startup_s: float | None = None
     evidence: list[str] = field(default_factory=list)
+    bugs: list[str] = field(default_factory=list)
+    """The bug switches the run's mesh had on (`Scenario.bugs_for(mode)`)."""
 
     @property
     def ok(self) -> bool:
@@ -73,7 +81,8 @@ class RunResult:
     def public(self) -> dict[str, Any]:
         """The `--json` object."""
         return {"scenario": self.scenario, "mode": self.mode, "seed": self.seed, "outcome": self.outcome,
-                "wall_s": round(self.wall_s, 3), "cluster_s": round(self.cluster_s, 3), "report": self.report}
+                "wall_s": round(self.wall_s, 3), "cluster_s": round(self.cluster_s, 3), "report": self.report,
+                "bugs": list(self.bugs)}
 
 
 def catalog() -> dict[str, Scenario]:
@@ -100,13 +109,26 @@ def seeds(base: int | None, repeat: int) -> list[int]:
 async def run_scenario(scenario: Scenario, *, modes: Sequence[Mode] = ("buggy", "fixed"), repeat: int = 1,
                        seed: int | None = None, clock_rate: float | None = None, report_dir: Path | None = None,
                        log: Callable[[str], None] | None = None,
-                       on_result: Callable[[RunResult], None] | None = None) -> list[RunResult]:
-    """Run a scenario `repeat` times in each mode (seeds `seed`, `seed+1`, ...)."""
+                       on_result: Callable[[RunResult], None] | None = None,
+                       target: ExistingMesh | None = None) -> list[RunResult]:
+    """Run a scenario `repeat` times in each mode (seeds `seed`, `seed+1`, ...).
+
+    With `target`, every run attaches to that running mesh instead of starting a fresh one
+    (`scenarios.attached.run_attached`: checked, recorded, cleaned up, never torn down); the
+    mesh's clock is what it is, so `clock_rate` must be None.
+    """
+    if target is not None and clock_rate is not None:
+        raise ValueError("clock_rate cannot be set for a run attached to an existing mesh")
     root = report_dir or default_report_dir()
     results: list[RunResult] = []
     for s in seeds(seed, repeat):
         for mode in modes:
-            r = await run_once(scenario, mode=mode, seed=s, clock_rate=clock_rate, report_dir=root, log=log)
+            if target is not None:
+                from scenarios.attached import run_attached
+
+                r = await run_attached(scenario, target=target, mode=mode, seed=s, report_dir=root, log=log)
+            else:
+                r = await run_once(scenario, mode=mode, seed=s, clock_rate=clock_rate, report_dir=root, log=log)
             results.append(r)
             if on_result is not None:
                 on_result(r)
@@ -133,7 +155,7 @@ async def run_once(scenario: Scenario, *, mode: Mode, seed: int, clock_rate: flo
     for comp, args in shape.extra_args.items():
         extra.setdefault(comp, []).extend(args)
     spec = MeshSpec(nodes=shape.nodes, zones=shape.zones, kubelets=shape.kubelets, capacity=shape.capacity,
-                    clock_rate=rate, bugs=tuple(scenario.bugs) if mode == "buggy" else (), seed=seed,
+                    clock_rate=rate, bugs=scenario.bugs_for(mode), seed=seed,
                     state_dir=out / "mesh", extra_args=extra, start_timeout=30.0, stop_grace=2.0)
     started = time.monotonic()
     mesh = Mesh(spec)
@@ -173,7 +195,8 @@ async def run_once(scenario: Scenario, *, mode: Mode, seed: int, clock_rate: flo
     _scrub_state(out / "mesh")
     result = RunResult(scenario=scenario.name, mode=mode, seed=seed, outcome=verdict.outcome, wall_s=wall_s,
                        cluster_s=cluster_s, report=str(out.resolve()), summary=verdict.summary,
-                       expected=EXPECTED[mode], startup_s=startup, evidence=list(verdict.evidence))
+                       expected=EXPECTED[mode], startup_s=startup, evidence=list(verdict.evidence),
+                       bugs=list(scenario.bugs_for(mode)))
     write_report(out, scenario=scenario, result=result, verdict=verdict, ctx=ctx, history=history, events=events,
                  t0=t0, t_end=t_end, clock_rate=rate)
     return result
@@ -235,7 +258,7 @@ def write_report(out: Path, *, scenario: Scenario, result: RunResult, verdict: V
     with (out / "history.jsonl").open("w") as f:
         for rec in history:
             f.write(json.dumps(rec, sort_keys=True) + "\n")
-    bugs = ", ".join(scenario.bugs) if result.mode == "buggy" else "none"
+    bugs = ", ".join(result.bugs) or "none"
     lines = [
         f"{scenario.name} ({', '.join(scenario.upstream)}): {result.mode} mode (bugs: {bugs}), seed {result.seed}",
         f"{scenario.summary}",
@@ -264,7 +287,7 @@ def write_report(out: Path, *, scenario: Scenario, result: RunResult, verdict: V
     (out / "timeline.html").write_text(html)
     doc = {**result.public(), "expected": result.expected, "ok": result.ok, "summary": verdict.summary,
            "evidence": list(verdict.evidence), "upstream": list(scenario.upstream),
-           "bugs": list(scenario.bugs) if result.mode == "buggy" else [], "clock_rate": clock_rate,
+           "bugs": list(result.bugs), "clock_rate": clock_rate,
            "startup_s": result.startup_s, "steps": list(ctx.lines) if ctx else [],
            "moments": [asdict(m) for m in moments], "windows": [asdict(w) for w in windows],
            "t0": t0, "history_records": len(history)}

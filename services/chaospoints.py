@@ -23,6 +23,13 @@ for a plain aiohttp app); bodies and answers are JSON:
     GET    /chaos/informers                   {"informers": [{"name","frozen"}]}
     POST   /chaos/informers/{name}/freeze     the informer stops applying events (stale cache)
     POST   /chaos/informers/{name}/unfreeze   it applies what it buffered
+    GET    /chaos/handler-drops               {"drops": [{"id","informer","resource",...counters}]}
+    POST   /chaos/handler-drops/{id}          {"resources": [...], "eventTypes"?, "namespace"?, "name"?,
+                                               "occurrence"?}: every informer of those resources
+                                               stops telling its handlers about matching changes
+                                               (its store still applies them; each informer counts
+                                               its own occurrence; 404 if none)
+    DELETE /chaos/handler-drops/{id}          disarm; answers the counters (dropped stays dropped)
 
 `restart: true` re-executes the process in place (same pid, same arguments), which is what
 a supervisor restarting a crashed component looks like to the rest of the mesh.
@@ -39,6 +46,8 @@ from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
+
+from services.informing import HANDLER_EVENT_TYPES, HandlerDrop
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Crash = Callable[[int, bool], None]
@@ -223,6 +232,61 @@ def handlers(*, points: ChaosPoints | None = None,
 
         return handler
 
+    def drop_targets(resources: list[str] | None = None) -> list[tuple[str, str, Any]]:
+        # (informer name, resource, informer) of the informers that can drop handler
+        # notifications (`services.informing.Informer`), of some resources or of all.
+        out = []
+        for name, inf in sorted(informer_map().items()):
+            resource = str(getattr(getattr(inf, "kind", None), "plural", None) or name)
+            if (resources is None or resource in resources) and callable(getattr(inf, "add_handler_drop", None)):
+                out.append((name, resource, inf))
+        return out
+
+    async def list_drops(request: web.Request) -> web.StreamResponse:
+        drops = []
+        for name, resource, inf in drop_targets():
+            for rule_id, rule in sorted(inf.handler_drops.items()):
+                drops.append({"id": rule_id, "informer": name, "resource": resource, **rule.describe()})
+        return _json({"drops": drops})
+
+    async def add_drop(request: web.Request) -> web.StreamResponse:
+        rule_id = request.match_info["id"]
+        try:
+            b = await _body(request)
+            resources = b.get("resources")
+            if not isinstance(resources, list) or not resources or not all(isinstance(r, str) for r in resources):
+                raise ValueError("resources: a non-empty list of resource names is required")
+            events = b.get("eventTypes") or []
+            if not isinstance(events, list) or any(e not in HANDLER_EVENT_TYPES for e in events):
+                raise ValueError("eventTypes: a list of ADDED, MODIFIED, DELETED")
+            namespace, obj_name = b.get("namespace"), b.get("name")
+            for key, value in (("namespace", namespace), ("name", obj_name)):
+                if value is not None and not isinstance(value, str):
+                    raise ValueError(f"{key}: must be a string")
+            occurrence = b.get("occurrence")
+            if occurrence is not None and (isinstance(occurrence, bool) or not isinstance(occurrence, int)
+                                           or occurrence < 1):
+                raise ValueError("occurrence: an integer >= 1")
+        except ValueError as exc:
+            return _status(400, "BadRequest", str(exc))
+        targets = drop_targets(resources)
+        if not targets:
+            return _status(404, "NotFound", f"no informer of {', '.join(resources)} "
+                                            f"(informers: {', '.join(sorted(informer_map())) or 'none'})")
+        for _name, _resource, inf in targets:
+            inf.add_handler_drop(rule_id, HandlerDrop(event_types=frozenset(events), namespace=namespace,
+                                                      name=obj_name, occurrence=occurrence))
+        return _json({"id": rule_id, "informers": [n for n, _, _ in targets]})
+
+    async def remove_drop(request: web.Request) -> web.StreamResponse:
+        rule_id = request.match_info["id"]
+        removed = []
+        for name, _resource, inf in drop_targets():
+            rule = inf.remove_handler_drop(rule_id)
+            if rule is not None:
+                removed.append({"informer": name, **rule.describe()})
+        return _json({"id": rule_id, "removed": removed})
+
     return [
         ("GET", "/chaos/points", list_points),
         ("POST", "/chaos/points/{name}", arm),
@@ -231,6 +295,9 @@ def handlers(*, points: ChaosPoints | None = None,
         ("GET", "/chaos/informers", list_informers),
         ("POST", "/chaos/informers/{name}/freeze", informer_op("freeze")),
         ("POST", "/chaos/informers/{name}/unfreeze", informer_op("unfreeze")),
+        ("GET", "/chaos/handler-drops", list_drops),
+        ("POST", "/chaos/handler-drops/{id}", add_drop),
+        ("DELETE", "/chaos/handler-drops/{id}", remove_drop),
     ]
 
 

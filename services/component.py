@@ -14,11 +14,12 @@ A component's `__main__` is thin::
 configures JSON logging, builds the `ApiClient`, fetches the cluster clock from the
 apiserver (`GET /clock`, retried until it answers or `--startup-timeout` passes), derives
 the seeded RNG, reads the bug switches, starts the admin endpoint, registers it with the
-apiserver (`PUT /kubemesh/v1/components/{instance}`, repeated every `--register-interval`
-wall seconds so that a restarted apiserver learns it again; a 404 is ignored), and runs
-`run(ctx, args)` under a `services.supervising.Supervisor`. SIGTERM or SIGINT (or `run`
-returning, or any supervised task failing) leads to the one staged shutdown: readiness
-fails, `ctx.on_stop` hooks run, tasks drain, the rest are cancelled, stuck tasks are named.
+apiserver (`PUT /kubemesh/v1/components/{instance}` with its admin URL and its bug switches,
+repeated every `--register-interval` wall seconds so that a restarted apiserver learns it
+again; a 404 is ignored), and runs `run(ctx, args)` under a `services.supervising.Supervisor`.
+SIGTERM or SIGINT (or `run` returning, or any supervised task failing) leads to the one staged
+shutdown: readiness fails, `ctx.on_stop` hooks run, tasks drain, the rest are cancelled, stuck
+tasks are named.
 The exit code is 0 for a clean shutdown and 1 otherwise (2 for bad flags).
 
 Admin hooks added to every component (token-protected like every non-health route):
@@ -238,7 +239,10 @@ def advertised_url(admin: AdminServer) -> str:
 
 async def register_forever(ctx: ComponentContext, *, interval: float) -> None:
     """Tell the apiserver where this component's admin endpoint is, now and every `interval`."""
-    body = {"component": ctx.component, "instance": ctx.instance, "adminURL": advertised_url(ctx.admin)}
+    # `bugs`: the switches this process runs with, published read-only through the registry so
+    # that a scenario run attached to an existing mesh can check the mesh is in the right mode.
+    body = {"component": ctx.component, "instance": ctx.instance, "adminURL": advertised_url(ctx.admin),
+            "bugs": sorted(ctx.bugs)}
     path = f"/kubemesh/v1/components/{ctx.instance}"
     missing_logged = False
     while not ctx.stop.is_set():

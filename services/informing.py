@@ -46,6 +46,15 @@ What an informer promises:
   `observed_resource_version` moves on) but applies nothing to the store and calls no handler;
   it buffers what it read. `unfreeze()` applies the buffer in order. The buffer is bounded: when
   it overflows it is dropped, and the informer relists on unfreeze instead.
+* **Handler drops** (chaos: a missed event at the handler, `component.dropHandler`). A rule
+  added with `add_handler_drop` makes the informer apply a matching change to its store as
+  usual but not tell the handlers about it (kubernetes#56261's "cleaning the node from the
+  scheduler cache errors out", #94437's missed node DELETE). Unlike `watch.drop` at the
+  apiserver, after which the store is wrong too and the next relist repairs it (a vanished
+  object comes back as `DeletedFinalStateUnknown`), here the store is right and only the
+  handlers' consumer is wrong, so no relist ever repairs it: exactly the divergence between a
+  component's lister and its own derived cache. No rule armed costs one falsy check per
+  notification.
 * **Resource versions.** `last_resource_version` is that of the last list or event applied to
   the cache; `observed_resource_version` the last one read from the server (bookmarks
   included), ahead of the former while frozen. A component that wrote an object at revision N
@@ -59,7 +68,7 @@ import builtins
 import contextlib
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Final
 
@@ -246,6 +255,58 @@ class _StaleListError(Exception):
 # The informer.
 
 
+HANDLER_EVENT_TYPES: Final = frozenset({"ADDED", "MODIFIED", "DELETED"})
+
+
+@dataclass(slots=True, kw_only=True)
+class HandlerDrop:
+    """A chaos rule: notifications the informer's handlers do not get (see the module docstring).
+
+    It matches a notification by kind (`ADDED` = `on_add`, `MODIFIED` = `on_update`, `DELETED`
+    = `on_delete`, whether it comes from a watch event or from a relist; a UID change is a
+    DELETED then an ADDED) and by the object's namespace and name (for a
+    `DeletedFinalStateUnknown`, its last known state). Empty or None fields match anything.
+    With `occurrence` N only the N-th matching notification is dropped; without, every one.
+    The store is never affected. `seen` and `dropped` count matches and drops.
+    """
+
+    event_types: frozenset[str] = frozenset()
+    namespace: str | None = None
+    name: str | None = None
+    occurrence: int | None = None
+    seen: int = 0
+    dropped: int = 0
+    dropped_keys: builtins.list[str] = field(default_factory=builtins.list)
+    """`TYPE key@resourceVersion` of the notifications dropped (the first 100)."""
+
+    def matches(self, type_: str, obj: Obj) -> bool:
+        """Whether a notification of this kind about this object is selected."""
+        if self.event_types and type_ not in self.event_types:
+            return False
+        md = obj.get("metadata") or {}
+        if self.name is not None and md.get("name") != self.name:
+            return False
+        return self.namespace is None or (md.get("namespace") or "") == self.namespace
+
+    def take(self, type_: str, obj: Obj) -> bool:
+        """Count a notification; True when it is to be dropped."""
+        if not self.matches(type_, obj):
+            return False
+        self.seen += 1
+        if self.occurrence is not None and self.seen != self.occurrence:
+            return False
+        self.dropped += 1
+        if len(self.dropped_keys) < 100:
+            self.dropped_keys.append(f"{type_} {key_of(obj)}@{rv_of(obj)}")
+        return True
+
+    def describe(self) -> dict[str, Any]:
+        """The rule and its counters as JSON."""
+        return {"eventTypes": sorted(self.event_types), "namespace": self.namespace, "name": self.name,
+                "occurrence": self.occurrence, "seen": self.seen, "dropped": self.dropped,
+                "droppedKeys": builtins.list(self.dropped_keys)}
+
+
 OnAdd = Callable[[Obj, bool], None]
 OnUpdate = Callable[[Obj, Obj], None]
 OnDelete = Callable[[Obj | DeletedFinalStateUnknown], None]
@@ -305,6 +366,8 @@ class Informer:
         self._overflowed = False
         self._buffer: builtins.list[_Delta] = []
         self._relist_requested = asyncio.Event()
+        self._drops: dict[str, HandlerDrop] = {}
+        """Chaos: handler-drop rules by id (empty in normal operation: one falsy check)."""
 
     # -- handlers ------------------------------------------------------------------------------
 
@@ -328,19 +391,58 @@ class Informer:
             self._log.exception("informer handler failed", handler=getattr(fn, "__qualname__", repr(fn)))
 
     def _notify_add(self, obj: Obj, initial: bool) -> None:
+        if self._drops and self._dropped("ADDED", obj):
+            return
         for h in self._handlers:
             if h.on_add is not None:
                 self._call(h.on_add, obj, initial)
 
     def _notify_update(self, old: Obj, new: Obj) -> None:
+        if self._drops and self._dropped("MODIFIED", new):
+            return
         for h in self._handlers:
             if h.on_update is not None:
                 self._call(h.on_update, old, new)
 
     def _notify_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        if self._drops and self._dropped("DELETED", obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj):
+            return
         for h in self._handlers:
             if h.on_delete is not None:
                 self._call(h.on_delete, obj)
+
+    # -- chaos: handler drops ------------------------------------------------------------------
+
+    def _dropped(self, type_: str, obj: Obj) -> bool:
+        # Every rule counts the notification (so each one's occurrence is its own), and any
+        # rule that takes it drops it.
+        drop = False
+        for rule_id, rule in self._drops.items():
+            if rule.take(type_, obj):
+                drop = True
+                self._log.warning("chaos: handler notification dropped", rule=rule_id, notification=type_,
+                                  key=key_of(obj), rv=rv_of(obj))
+        return drop
+
+    def add_handler_drop(self, rule_id: str, rule: HandlerDrop) -> None:
+        """Arm (or replace) a handler-drop rule (see the module docstring)."""
+        self._drops[rule_id] = rule
+        self._log.info("chaos: handler drop armed", rule=rule_id, **rule.describe())
+
+    def remove_handler_drop(self, rule_id: str) -> HandlerDrop | None:
+        """Disarm a rule; returns it with its counters (None if it was not armed).
+
+        What it dropped stays dropped: nothing is re-delivered.
+        """
+        rule = self._drops.pop(rule_id, None)
+        if rule is not None:
+            self._log.info("chaos: handler drop disarmed", rule=rule_id, seen=rule.seen, dropped=rule.dropped)
+        return rule
+
+    @property
+    def handler_drops(self) -> Mapping[str, HandlerDrop]:
+        """The armed handler-drop rules by id (read-only view)."""
+        return dict(self._drops)
 
     # -- cache access --------------------------------------------------------------------------
 

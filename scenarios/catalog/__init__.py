@@ -6,6 +6,7 @@ from typing import Final
 
 from scenarios.catalog.force_delete_zombie import ForceDeleteZombie
 from scenarios.catalog.ghost_node_affinity import GhostNodeAffinity
+from scenarios.catalog.missed_node_delete import MissedNodeDelete
 from scenarios.catalog.node_heartbeat_eviction import NodeHeartbeatEviction
 from scenarios.catalog.node_pressure_predicates import NodePressurePredicates
 from scenarios.catalog.nominated_node_race import NominatedNodeRace
@@ -15,6 +16,7 @@ from scenarios.framework import Scenario
 
 SCENARIOS: Final[tuple[Scenario, ...]] = (
     GhostNodeAffinity(),
+    MissedNodeDelete(),
     NominatedNodeRace(),
     StaleUpdateUnnominates(),
     NodeHeartbeatEviction(),

@@ -16,6 +16,9 @@ on the shut-down node: PodGC force-deletes the Terminating pods there, the rollo
   stuck (reproduced).
 
 Oracle: liveness, a pod of the new ReplicaSet is Running within 60 cluster seconds of the taint.
+
+Reusable on an attached mesh: its objects live in `ctx.namespace`, and the node comes back
+(powered on, the out-of-service taint removed) at cleanup, so the same stack can run it again.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any, ClassVar
 from scenarios import oracles
 from scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
 from scenarios.workloads import deployment
+from services.client import ConflictError, NotFoundError
 from services.kinds import DEPLOYMENTS, NODES, Obj
 
 OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
@@ -38,6 +42,29 @@ def _active(pods: list[Obj]) -> list[Obj]:
     return [p for p in pods if not oracles.is_terminating(p)]
 
 
+async def remove_out_of_service_taint(ctx: ScenarioContext, node: str) -> None:
+    """Take the out-of-service taint off `node` again (an undo of the scenario).
+
+    With optimistic concurrency: the node lifecycle controller edits the same node's taints.
+    """
+    for _ in range(10):
+        obj = await ctx.node(node)
+        if obj is None:
+            return
+        taints = list((obj.get("spec") or {}).get("taints") or [])
+        kept = [t for t in taints if t.get("key") != OUT_OF_SERVICE]
+        if kept == taints:
+            return
+        obj.setdefault("spec", {})["taints"] = kept
+        try:
+            await ctx.client.update(NODES, obj)
+        except (ConflictError, NotFoundError):
+            continue
+        ctx.say(f"removed the {OUT_OF_SERVICE} taint from {node}")
+        return
+    raise ScenarioError(f"could not remove the {OUT_OF_SERVICE} taint from {node} (conflicts)")
+
+
 class RecreateStuckTerminating(Scenario):
     """See the module docstring."""
 
@@ -48,15 +75,17 @@ class RecreateStuckTerminating(Scenario):
     bugs: ClassVar[tuple[str, ...]] = ("no-out-of-service-gc",)
     shape: ClassVar[MeshShape] = MeshShape(nodes=3, clock_rate=120.0)
     deadline: ClassVar[float] = 900.0
+    reusable: ClassVar[bool] = True
 
     async def run(self, ctx: ScenarioContext) -> Verdict:
         """Set up, inject, observe (see the module docstring)."""
-        await ctx.client.create(DEPLOYMENTS, deployment("cron", strategy="Recreate", env={"VERSION": "1"}),
-                                namespace="default")
-        ctx.say("created Deployment cron (Recreate, 1 replica)")
+        ns = ctx.namespace
+        await ctx.client.create(DEPLOYMENTS, deployment("cron", strategy="Recreate", env={"VERSION": "1"},
+                                                         namespace=ns), namespace=ns)
+        ctx.say(f"created Deployment {ns}/cron (Recreate, 1 replica)")
 
         async def running_pod() -> Obj | None:
-            for p in await ctx.pods(label_selector="app=cron"):
+            for p in await ctx.pods(namespace=ns, label_selector="app=cron"):
                 if oracles.is_running(p) and not oracles.is_terminating(p):
                     return p
             return None
@@ -67,14 +96,14 @@ class RecreateStuckTerminating(Scenario):
         victim = oracles.node_name(first)
         old_name = first["metadata"]["name"]
         ctx.focus("nodes", victim)
-        ctx.focus("pods", f"default/{old_name}")
-        ctx.focus("deployments", "default/cron")
+        ctx.focus("pods", f"{ns}/{old_name}")
+        ctx.focus("deployments", f"{ns}/cron")
         ctx.say(f"pod {old_name} Running on {victim}")
         await ctx.power_off(victim)
         ctx.mark(f"{victim} powered off", lane="scenario")
 
         async def terminating() -> Obj | None:
-            p = await ctx.pod(old_name)
+            p = await ctx.pod(old_name, ns)
             return p if oracles.is_terminating(p) else None
 
         stuck = await ctx.until(terminating, within=50 + 10 + 300 + 40, poll=0.05)
@@ -85,7 +114,7 @@ class RecreateStuckTerminating(Scenario):
         ctx.say(f"{old_name} is Terminating (phase {stuck.get('status', {}).get('phase')}) on the dead node")
 
         async def replacement() -> Obj | None:
-            for p in await ctx.pods(label_selector="app=cron"):
+            for p in await ctx.pods(namespace=ns, label_selector="app=cron"):
                 if p["metadata"]["name"] != old_name and oracles.is_running(p) and not oracles.is_terminating(p):
                     return p
             return None
@@ -93,17 +122,17 @@ class RecreateStuckTerminating(Scenario):
         rep = await ctx.until(replacement, within=120)
         if rep is None:
             raise ScenarioError("the ReplicaSet did not replace the Terminating pod")
-        ctx.focus("pods", f"default/{rep['metadata']['name']}")
+        ctx.focus("pods", f"{ns}/{rep['metadata']['name']}")
         ctx.say(f"replacement {rep['metadata']['name']} Running on {oracles.node_name(rep)}")
-        before = {p["metadata"]["name"] for p in await ctx.pods(label_selector="app=cron")}
+        before = {p["metadata"]["name"] for p in await ctx.pods(namespace=ns, label_selector="app=cron")}
         patch: dict[str, Any] = {"spec": {"template": {"spec": {"containers": [
             {"name": "main", "image": "registry.k8s.io/pause:3.9", "env": [{"name": "VERSION", "value": "2"}]}]}}}}
-        await ctx.client.patch(DEPLOYMENTS, "cron", patch, namespace="default", patch_type="strategic")
+        await ctx.client.patch(DEPLOYMENTS, "cron", patch, namespace=ns, patch_type="strategic")
         ctx.mark("update Deployment cron", lane="scenario")
         ctx.say("updated the Deployment's template (VERSION=2): Recreate must stop the old pods first")
 
         async def new_pod() -> Obj | None:
-            for p in await ctx.pods(label_selector="app=cron"):
+            for p in await ctx.pods(namespace=ns, label_selector="app=cron"):
                 if p["metadata"]["name"] not in before:
                     return p
             return None
@@ -114,7 +143,7 @@ class RecreateStuckTerminating(Scenario):
             return oracles.inconclusive(f"the new pod {early['metadata']['name']} was created although "
                                         f"{old_name} was still Terminating (the Recreate rollout did not wait)",
                                         evidence)
-        old = await ctx.pod(old_name)
+        old = await ctx.pod(old_name, ns)
         if old is None:
             return oracles.inconclusive(f"{old_name} went away by itself before the taint", evidence)
         evidence.append(f"no new pod {STUCK_FOR:.0f} s after the update: the Recreate rollout waits for {old_name} "
@@ -125,6 +154,7 @@ class RecreateStuckTerminating(Scenario):
         taints = list((node.get("spec") or {}).get("taints") or [])
         taints.append({"key": OUT_OF_SERVICE, "value": "nodeshutdown", "effect": "NoExecute"})
         await ctx.client.patch(NODES, victim, {"spec": {"taints": taints}})
+        ctx.defer(f"untaint {victim}", lambda: remove_out_of_service_taint(ctx, victim))
         tainted_at = ctx.now()
         ctx.mark(f"taint {victim} out-of-service", lane="scenario")
         ctx.open_window(f"{victim} out-of-service", lane=f"node/{victim}")
@@ -136,9 +166,9 @@ class RecreateStuckTerminating(Scenario):
 
         live = await oracles.eventually(ctx, "a pod of the new ReplicaSet Running", new_running,
                                         within=RESOLVE_WITHIN)
-        old = await ctx.pod(old_name)
+        old = await ctx.pod(old_name, ns)
         if live.held and live.at is not None:
-            ctx.focus("pods", f"default/{live.value['metadata']['name']}")
+            ctx.focus("pods", f"{ns}/{live.value['metadata']['name']}")
             ctx.mark(f"{live.value['metadata']['name']} Running", lane="kubelet")
             return oracles.decide(
                 symptom=False, healthy=old is None, reproduced="", evidence=evidence,
@@ -148,6 +178,6 @@ class RecreateStuckTerminating(Scenario):
                            f"cluster time later on {oracles.node_name(live.value)}"))
         return oracles.decide(
             symptom=old is not None and oracles.is_terminating(old), healthy=False, prevented="", evidence=evidence,
-            reproduced=(f"reproduced: Deployment default/cron never created its new pod; {old_name} stayed "
+            reproduced=(f"reproduced: Deployment {ns}/cron never created its new pod; {old_name} stayed "
                         f"Terminating on powered-off {victim} {RESOLVE_WITHIN:.0f} s after the out-of-service taint "
                         "(PodGC does not force-delete it), so Recreate's oldPodsRunning stays true"))

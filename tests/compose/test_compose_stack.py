@@ -16,13 +16,10 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
-import aiohttp
 import pytest
 import pytest_asyncio
 
-from services.clock import ClusterClock
 from services.kinds import PODS
 from services.launching import node_is_ready
 from services.pytest_plugin import (
@@ -230,42 +227,8 @@ def _make_scenarios_importable() -> None:
         sys.path.append(str(REPO))
 
 
-async def test_recreate_stuck_terminating_reproduces_against_the_stack(docker_image: str, tmp_path: Path) -> None:
-    """The scenario's own steps and oracle, in buggy mode, on a compose stack of its shape.
-
-    The scenario framework reaches kubelets through their admin endpoints, which the stack does
-    not publish: node operations go through `docker compose exec` into the kubelet container.
-    """
-    _make_scenarios_importable()
-    from scenarios.catalog.recreate_stuck_terminating import RecreateStuckTerminating
-    from scenarios.framework import ScenarioContext
-
-    scenario = RecreateStuckTerminating()
-    shape = scenario.mesh_shape("buggy")
-    request = MeshRequest(nodes=shape.nodes, clock_rate=shape.clock_rate, bugs=tuple(scenario.bugs), seed=1,
-                          compose=True)
-
-    class ComposeScenarioContext(ScenarioContext):
-        async def node_op(self, node: str, op: str, body: Any = None, *, method: str = "POST") -> Any:
-            assert method == "POST", f"{method} {op} is not supported through docker exec"
-            return await compose.node_op(node, op, body)
-
-    async with start_cluster(request, compose=True, compose_file=COMPOSE_FILE, image=docker_image,
-                             state_dir=tmp_path / "state") as compose:
-        assert isinstance(compose, ComposeCluster)
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=compose.ssl_context())) as session, \
-                compose.client("scenario") as client:
-            clock = ClusterClock.from_document(await client.get_clock())
-            assert clock.rate == shape.clock_rate
-            ctx = ComposeScenarioContext(mesh=compose, client=client, clock=clock,  # type: ignore[arg-type]
-                                         mode="buggy", seed=1, session=session, log=print)
-            async with asyncio.timeout(clock.to_wall(scenario.deadline) + 30):
-                verdict = await scenario.run(ctx)
-    assert verdict.outcome == "reproduced", f"{verdict.summary}\n" + "\n".join(ctx.lines)
-
-
 def test_down_leaves_no_container_network_or_volume(stack: ComposeStack) -> None:
-    """Last in the module: bring the module's stack down and look for anything of it left."""
+    """Last of the tests on the module's stack: bring it down and look for anything of it left."""
     assert stack.leftovers()["containers"], "the stack should be running before it is brought down"
     stack.stop()
     left = stack.leftovers()
@@ -276,3 +239,65 @@ def test_down_leaves_no_container_network_or_volume(stack: ComposeStack) -> None
     assert stack.project not in out
     assert json.dumps(stack.project) not in subprocess.run(["docker", "volume", "ls", "--format", "{{json .Name}}"],
                                                            capture_output=True, text=True, check=True).stdout
+
+
+async def test_recreate_stuck_terminating_reproduces_on_the_stack_in_buggy_mode(docker_image: str,
+                                                                                 tmp_path: Path) -> None:
+    """`kubemesh scenario run recreate-stuck-terminating --mode buggy --attach KUBECONFIG` on the stack.
+
+    The stack has the scenario's shape and its compose environment sets the scenario's bug
+    switch (`KUBEMESH_BUGS=no-out-of-service-gc`); the runner attaches through the kubeconfig the
+    stack writes for the host and uses only the published apiserver (node power through the
+    chaos front door's `node.powerOff`). The run cleans up after itself: a second run on the
+    same stack, through the CLI, reproduces too; fixed mode is refused, with the reason.
+
+    After the module's stack is down (the machine has two cores), and at half the scenario's
+    clock rate: a slower clock is allowed (the same cluster-time behaviour, in more wall time)
+    and leaves the containers' start-up of the replacement pod room on a loaded machine.
+    """
+    _make_scenarios_importable()
+    from scenarios.attached import ExistingMesh
+    from scenarios.catalog.recreate_stuck_terminating import RecreateStuckTerminating
+    from scenarios.running import run_scenario
+
+    scenario = RecreateStuckTerminating()
+    shape = scenario.mesh_shape("buggy")
+    request = MeshRequest(nodes=shape.nodes, clock_rate=shape.clock_rate / 2, bugs=scenario.bugs_for("buggy"),
+                          seed=1, compose=True)
+    async with start_cluster(request, compose=True, compose_file=COMPOSE_FILE, image=docker_image,
+                             state_dir=tmp_path / "state") as compose:
+        assert isinstance(compose, ComposeCluster)
+        env = compose.stack.env_file.read_text()
+        assert "KUBEMESH_BUGS=no-out-of-service-gc\n" in env, env
+        target = ExistingMesh.from_kubeconfig(compose.kubeconfig_path)
+        assert target.apiserver_url == f"https://127.0.0.1:{compose.stack.port}"
+
+        [first] = await run_scenario(scenario, modes=("buggy",), seed=1, report_dir=tmp_path / "reports",
+                                     target=target, log=print)
+        verdict = (Path(first.report) / "verdict.txt").read_text()
+        assert first.outcome == "reproduced", verdict
+        assert "node power operations go through the chaos front door" in verdict, verdict
+
+        # Again on the same stack, as a user would: the CLI, attached through the kubeconfig.
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "import sys; from services.cli import main; sys.exit(main())",
+            "scenario", "run", scenario.name, "--mode", "buggy", "--attach", str(compose.kubeconfig_path),
+            "--seed", "2", "--json", "--report-dir", str(tmp_path / "cli-reports"), cwd=REPO,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await proc.communicate()
+        assert proc.returncode == 0, f"{out.decode()}\n{err.decode()}"
+        [line] = out.decode().splitlines()
+        second = json.loads(line)
+        assert second["outcome"] == "reproduced", (Path(second["report"]) / "verdict.txt").read_text()
+
+        # A mesh runs in one mode: fixed mode on this stack is refused before anything changes.
+        [fixed] = await run_scenario(scenario, modes=("fixed",), seed=3, report_dir=tmp_path / "reports",
+                                     target=target)
+        assert fixed.outcome == "inconclusive"
+        assert fixed.summary.startswith(f"target mesh {compose.kubeconfig_path}: "), fixed.summary
+        assert "no-out-of-service-gc" in fixed.summary, fixed.summary
+
+        # Nothing was torn down: every container still runs and every node is Ready again.
+        assert {c["Service"]: c["State"] for c in compose.stack.containers()} == dict.fromkeys(
+            ("apiserver", "controller-manager", "scheduler", "kubelet"), "running")
+        await compose.wait_nodes_ready(shape.nodes, timeout=60)

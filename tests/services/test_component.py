@@ -85,6 +85,7 @@ async def test_a_component_starts_registers_serves_chaos_hooks_and_stops(apiserv
     reg = apiserver.registrations[0]
     assert reg["component"] == "scheduler" and reg["instance"] == "sched-1"
     assert reg["adminURL"] == ctx.admin.url and reg["header"] == "scheduler"
+    assert reg["bugs"] == ["keep-missed-node"]  # published for attached scenario runs
     assert isinstance(ctx.clock, ClusterClock) and ctx.clock.rate == 60.0
     assert ctx.bugs == frozenset({"keep-missed-node"})
     auth = {"Authorization": "Bearer tok"}
