@@ -180,9 +180,9 @@ class Registry:
                                    priority_classes=self.store.items(PRIORITYCLASSES))
         except admission.AdmissionError as exc:
             raise errors.forbidden(kind, name, f'{kind.plural} "{name}" is forbidden: {exc}') from exc
-        causes = validate_object(kind, obj)
-        if causes:
-            raise errors.invalid(kind, name, [dict(c) for c in causes])
+        # No second validation: admission only adds values it builds itself (defaults, default
+        # tolerations, the priority of a PriorityClass), valid by construction; the tests check
+        # that admitted objects still validate (tests/apiserver/test_validation.py).
         for field in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields",
                       "selfLink"):
             md.pop(field, None)

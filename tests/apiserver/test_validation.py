@@ -7,7 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from apiserver import admission
 from apiserver.validation import unknown_fields, validate_name, validate_object
 from services.kinds import (
     BINDINGS,
@@ -386,3 +389,60 @@ def test_cause_shape() -> None:
         PODS, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}], "restartPolicy": "X"}}
     )
     assert cause["message"] == 'Unsupported value: "X": supported values: "Always", "OnFailure", "Never"'
+
+
+# ---------------------------------------------------------------------------------------------
+# Admission keeps valid objects valid: the registry validates before admission only.
+
+_CONTAINER = st.fixed_dictionaries(
+    {"name": st.from_regex(r"[a-z]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True), "image": st.just("img:1")},
+    optional={
+        "ports": st.lists(st.fixed_dictionaries({"containerPort": st.integers(1, 65535)},
+                                                optional={"protocol": st.sampled_from(["TCP", "UDP"])}),
+                          max_size=2),
+        "resources": st.fixed_dictionaries({}, optional={
+            part: st.dictionaries(st.sampled_from(["cpu", "memory"]), st.sampled_from(["100m", "1", "64Mi"]))
+            for part in ("requests", "limits")}),
+    },
+)
+_TOLERATION = st.one_of(
+    st.fixed_dictionaries({"operator": st.just("Exists")}, optional={"effect": st.just("NoSchedule")}),
+    st.fixed_dictionaries({"key": st.just("k"), "operator": st.just("Equal"), "value": st.just("v"),
+                           "effect": st.just("NoExecute")}, optional={"tolerationSeconds": st.integers(0, 600)}),
+)
+
+
+@given(
+    containers=st.lists(_CONTAINER, min_size=1, max_size=3, unique_by=lambda c: str(c["name"])),
+    restart=st.sampled_from([None, "Always", "OnFailure", "Never"]),
+    tolerations=st.lists(_TOLERATION, max_size=2),
+    priority_class=st.sampled_from([None, "high"]),
+)
+def test_admitted_pods_stay_valid(containers: list[dict[str, Any]], restart: str | None,
+                                  tolerations: list[dict[str, Any]], priority_class: str | None) -> None:
+    spec: dict[str, Any] = {"containers": containers}
+    if restart is not None:
+        spec["restartPolicy"] = restart
+    if tolerations:
+        spec["tolerations"] = tolerations
+    if priority_class is not None:
+        spec["priorityClassName"] = priority_class
+    pod = {"metadata": {"name": "p"}, "spec": spec}
+    assert validate_object(PODS, pod) == []
+    high: dict[str, Any] = {"metadata": {"name": "high"}, "value": 1000}
+    admission.admit_create(PODS, pod, priority=lambda name: high if name == "high" else None,
+                           priority_classes=[high])
+    assert validate_object(PODS, pod) == []
+
+
+@pytest.mark.parametrize("kind", [DEPLOYMENTS, REPLICASETS, DAEMONSETS])
+def test_admitted_workloads_stay_valid(kind: Kind) -> None:
+    obj = _workload(kind.kind)
+    admission.admit_create(kind, obj, priority=lambda name: None, priority_classes=[])
+    assert validate_object(kind, obj) == []
+
+
+def test_admitted_namespace_stays_valid() -> None:
+    ns: dict[str, Any] = {"metadata": {"name": "ns"}}
+    admission.admit_create(NAMESPACES, ns, priority=lambda name: None, priority_classes=[])
+    assert validate_object(NAMESPACES, ns) == []
