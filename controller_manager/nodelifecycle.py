@@ -27,7 +27,14 @@ Every `--node-monitor-period` (5 s) `monitor_once` evaluates every node in the c
 
 Guarantees: at most one API write per node per decision; a write conflict is retried from a
 fresh GET; the controller acts on its (possibly stale) informer caches, as upstream does, so
-the lease-informer-lag race (#132831) reproduces with a frozen lease informer.
+the lease-informer-lag race (#132831) reproduces with a frozen lease informer. The one
+exception is the controller's own node writes: a node it wrote is judged on the newest of the
+informer's copy and the copy its write returned (`latest`), so a monitor pass that runs before
+the watch delivers a taint does not re-queue the node and waste a zone's token (at a fast
+cluster clock that window is seconds of cluster time). Entering master disruption mode waits
+for an eviction write in flight (`_evict_lock`) and removes taints judged on those newest
+copies, so no NoExecute taint survives the mode. The eviction loop wakes up when a zone's next
+token is due, so gaps between evictions stay 1/rate at any clock rate.
 """
 
 from __future__ import annotations
@@ -76,6 +83,8 @@ _log = structlog.get_logger("controller_manager.nodelifecycle")
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 WATCHED_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
 UPDATE_RETRIES = 5
+MIN_PASS_DELAY = 0.001
+"""Cluster seconds: the shortest sleep between two eviction passes."""
 
 NOSCHEDULE_BY_CONDITION: dict[tuple[str, str], str] = {
     ("Ready", "False"): TAINT_NOT_READY,
@@ -228,12 +237,46 @@ class NodeLifecycleController:
             unhealthy_threshold=settings.unhealthy_zone_threshold)
         self.stats = NodeLifecycleStats()
         self.on_change: Callable[[], None] | None = None
+        self._own_writes: dict[str, Obj] = {}
+        """The node each of this controller's own writes returned, until the informer catches up."""
+        self._evict_lock = asyncio.Lock()
+        """Held by an eviction pass and by the taint removal of entering master disruption mode."""
+
+    def latest(self, node: Obj) -> Obj:
+        """The newest copy of `node` this controller has: the one given, the informer's or its own write's.
+
+        Read-your-own-writes over the informer cache, by resourceVersion (one global revision
+        counter, so the larger is the newer). Without it a monitor pass that runs between this
+        controller's taint write and the watch event carrying it sees the node untainted,
+        forgets and re-queues it, and the zone's next token is spent on a no-op: a doubled gap
+        between two evictions (200 s instead of 100 s at the secondary rate). Upstream has the
+        same window, but its informer lags by milliseconds against a 5 s monitor period; at a
+        fast cluster clock the same wall-time lag spans seconds of cluster time. Only the
+        controller's own writes are overlaid, so a stale cache still hides everyone else's
+        changes (a frozen lease informer still reproduces kubernetes#132831).
+        """
+        name = name_of(node)
+        best = node
+        cached = self.nodes.get(name)
+        if cached is not None and rv_of(cached) > rv_of(best):
+            best = cached
+        own = self._own_writes.get(name)
+        if own is not None:
+            if rv_of(own) > rv_of(best):
+                best = own
+            elif cached is not None and rv_of(cached) >= rv_of(own):
+                del self._own_writes[name]  # the informer has caught up
+        return best
+
+    def _wrote(self, node: Obj | None) -> None:
+        if node is not None and node.get("metadata") and rv_of(node):
+            self._own_writes[name_of(node)] = node
 
     # -- the monitor pass ---------------------------------------------------------------------
 
     async def monitor_once(self) -> None:
         """One `monitorNodeHealth` pass over every node in the cache."""
-        nodes = sorted(self.nodes.list(), key=name_of)
+        nodes = sorted((self.latest(n) for n in self.nodes.list()), key=name_of)
         names = {name_of(n) for n in nodes}
         for node in nodes:
             name = name_of(node)
@@ -247,12 +290,16 @@ class NodeLifecycleController:
         for name in [n for n in self.known if n not in names]:
             zone = self.known.pop(name)
             self.health.pop(name, None)
+            self._own_writes.pop(name, None)
             self.disruption.queue(zone).remove(name)
             self.recorder.normal({"kind": "Node", "metadata": {"name": name}}, "RemovingNode",
                                  f"Node {name} event: Removing Node {name} from Controller")
 
         zone_conditions: dict[str, list[str | None]] = {}
-        for cached in nodes:
+        for listed in nodes:
+            # The pass awaits writes, and the eviction pass may taint a node meanwhile: judge
+            # each node on its newest copy, not on the list taken when the pass started.
+            cached = self.latest(listed)
             try:
                 node, a = await self._update_health(cached)
             except NotFoundError:
@@ -299,6 +346,7 @@ class NodeLifecycleController:
                 node = await self.api.get(NODES, name)
                 continue
             self.stats.status_updates += 1
+            self._wrote(written)
             self.health[name] = new_health
             return (written if written.get("metadata") else a.status_update), a
         raise RuntimeError("unreachable")
@@ -337,6 +385,7 @@ class NodeLifecycleController:
         node = self.nodes.get(value.value)
         if node is None:
             return True, 0.0
+        node = self.latest(node)
         c = condition(node, "Ready")
         if c is None:
             return True, 0.0
@@ -364,6 +413,8 @@ class NodeLifecycleController:
     async def _patch_taints(self, node_name: str, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]] | None],
                             ) -> None:
         node = self.nodes.get(node_name)
+        if node is not None:
+            node = self.latest(node)
         for attempt in range(UPDATE_RETRIES):
             if node is None or attempt > 0:
                 node = await self.api.get(NODES, node_name)
@@ -375,10 +426,11 @@ class NodeLifecycleController:
             new_set = {(t.get("key"), t.get("effect")) for t in new}
             added, removed = len(new_set - old_set), len(old_set - new_set)
             try:
-                await self.api.patch(NODES, node_name, {"metadata": {"resourceVersion": str(rv_of(node))},
-                                                        "spec": {"taints": new}})
+                written = await self.api.patch(NODES, node_name, {"metadata": {"resourceVersion": str(rv_of(node))},
+                                                                  "spec": {"taints": new}})
             except ConflictError:
                 continue
+            self._wrote(written)
             self.stats.taints_added += added
             self.stats.taints_removed += removed
             return
@@ -477,11 +529,25 @@ class NodeLifecycleController:
         """Drain every zone queue at its rate: taint (default) or delete pods (legacy)."""
         done: list[str] = []
         action = self._evict_one if self.legacy else self._taint_one
-        for zone in list(self.disruption.queues):
-            done += await self.disruption.queues[zone].atry_process(action)
+        async with self._evict_lock:
+            for zone in list(self.disruption.queues):
+                done += await self.disruption.queues[zone].atry_process(action)
         if done and self.on_change is not None:
             self.on_change()
         return done
+
+    def next_pass_delay(self, period: float) -> float:
+        """Cluster seconds until the next eviction pass: `period`, or sooner when a token is due then.
+
+        Waking exactly when a zone's token becomes available keeps the gaps between evictions at
+        1/rate (plus the write's latency) at any clock rate; a pass that finds the token not quite
+        there yet (float rounding) retries after `MIN_PASS_DELAY`.
+        """
+        now = self.clock.now()
+        due = [d for d in (q.next_due() for q in self.disruption.queues.values()) if d is not None]
+        if not due:
+            return period
+        return min(period, max(MIN_PASS_DELAY, min(due) - now + MIN_PASS_DELAY))
 
     async def mark_pods_not_ready(self, node_name: str) -> None:
         """Set Ready=False on every pod of the node (upstream `MarkPodsNotReady`)."""
@@ -512,14 +578,20 @@ class NodeLifecycleController:
         result = self.disruption.update(zone_conditions)
         if result.entered_master_disruption:
             _log.info("controller detected that all nodes are not-Ready; entering master disruption mode")
-            for node in nodes:
-                try:
-                    if self.legacy:
-                        self.disruption.queue(zone_key(node)).remove(name_of(node))
-                    else:
-                        await self.mark_reachable(node)
-                except Exception as exc:
-                    _log.warning("failed to remove taints from node", node=name_of(node), error=repr(exc))
+            # The limiters are stopped already; wait for an eviction action still in flight
+            # (a taint granted its token before the stop), then judge every node on its newest
+            # copy: `nodes` was listed at the start of this pass, and a taint added since then
+            # would otherwise be skipped by the "no taint, no call" short cut and stay forever
+            # (this removal happens once, on entering the mode).
+            async with self._evict_lock:
+                for node in nodes:
+                    try:
+                        if self.legacy:
+                            self.disruption.queue(zone_key(node)).remove(name_of(node))
+                        else:
+                            await self.mark_reachable(self.latest(node))
+                    except Exception as exc:
+                        _log.warning("failed to remove taints from node", node=name_of(node), error=repr(exc))
         elif result.exited_master_disruption:
             _log.info("controller detected that some nodes are Ready; exiting master disruption mode")
             now = self.clock.now()
@@ -545,16 +617,19 @@ class NodeLifecycleController:
                 await self.clock.sleep(self.settings.node_monitor_period)
 
         async def evict() -> None:
-            # Never spin faster than every 20 ms of wall time, whatever the clock rate.
+            # Never poll faster than every 20 ms of wall time, whatever the clock rate, but wake
+            # up when a zone's next token is due (`next_pass_delay`).
             period = max(self.settings.eviction_pass_period, self.clock.rate * 0.02)
             while True:
+                delay = period
                 try:
                     await self.eviction_pass()
+                    delay = self.next_pass_delay(period)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
                     _log.error("error in eviction pass", error=repr(exc))
-                await self.clock.sleep(period)
+                await self.clock.sleep(delay)
 
         async with asyncio.TaskGroup() as tg:
             tg.create_task(monitor(), name="nodelifecycle:monitor")

@@ -22,6 +22,7 @@ boundaries are unit-tested exactly.
 from __future__ import annotations
 
 import enum
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -137,6 +138,15 @@ class TokenBucket:
         self._refill()
         return self._tokens
 
+    def next_token_at(self) -> float | None:
+        """Cluster time at which a token is (or was) available; None for a stopped bucket."""
+        if self.qps <= 0:
+            return None
+        self._refill()
+        if self._tokens >= 1.0:
+            return self._last
+        return self._last + (1.0 - self._tokens) / self.qps
+
 
 @dataclass(slots=True)
 class TimedValue:
@@ -212,7 +222,17 @@ class RateLimitedTimedQueue:
         return done
 
     async def atry_process(self, fn: Callable[[TimedValue], Awaitable[tuple[bool, float]]]) -> list[str]:
-        """`try_process` for an asynchronous action (an API write)."""
+        """`try_process` for an asynchronous action (an API write).
+
+        The queue may change while the action awaits: a monitor pass whose cache does not yet
+        show the node's new taint removes and re-adds the value (a fresh entry), or a node that
+        became healthy is removed. A successful action therefore drops *every* queued entry of
+        its value, as upstream's `RemoveFromQueue` does by value, and leaves the remembered set
+        alone (a re-added value stays remembered: the node was handled once for this outage).
+        Keeping the fresh entry instead would spend a later token on a node already done, which
+        shows as a doubled gap between two evictions. A failed action is retried later only if
+        its own entry is still queued.
+        """
         done: list[str] = []
         while self._queue:
             if not self.limiter.try_accept():
@@ -222,15 +242,28 @@ class RateLimitedTimedQueue:
             if now < head.process_at:
                 break
             ok, wait = await fn(head)
-            if not any(v is head for v in self._queue):
-                continue  # removed while the action ran (the node became healthy)
             if ok:
-                self._queue = [v for v in self._queue if v is not head]
+                self._queue = [v for v in self._queue if v.value != head.value]
                 done.append(head.value)
-            else:
+            elif any(v is head for v in self._queue):
                 head.process_at = self._clock.now() + wait + 1.0
                 self._queue.sort(key=lambda v: v.process_at)
         return done
+
+    def next_due(self) -> float | None:
+        """Earliest cluster time at which `try_process` could act (None: nothing queued, or stopped).
+
+        The eviction loop sleeps until then instead of polling on a fixed period: with a burst
+        of 1, a token that waits for the next poll is lost time, so a coarse poll (at a fast
+        cluster clock, 20 ms of wall time is most of a second of cluster time) would stretch
+        every gap between two evictions by half a poll period on average.
+        """
+        if not self._queue:
+            return None
+        token = self.limiter.next_token_at()
+        if token is None:
+            return None
+        return max(token, self._queue[0].process_at)
 
     def swap_limiter(self, qps: float) -> None:
         """Change the rate; 0 stops processing. Mirrors upstream's SwapLimiter.
@@ -263,6 +296,9 @@ class RateLimitedTimedQueue:
         return len(self._queue)
 
 
+TRANSITIONS_KEPT = 32
+
+
 @dataclass(frozen=True, slots=True)
 class DisruptionResult:
     """What `Disruption.update` decided."""
@@ -286,13 +322,25 @@ class Disruption:
         self.queues: dict[str, RateLimitedTimedQueue] = {}
         self.sizes: dict[str, int] = {}
         self.not_ready: dict[str, int] = {}
+        self.since: dict[str, float] = {}
+        """Cluster time at which each zone entered its current state (for the debug endpoint)."""
+        self.transitions: dict[str, deque[tuple[str, float]]] = {}
+        """The last `TRANSITIONS_KEPT` (state, cluster time) changes of each zone (for the debug endpoint)."""
         self.master_disruption = False
+        self.master_disruption_since: float | None = None
+
+    def _set_state(self, zone: str, state: ZoneState) -> None:
+        if self.states.get(zone) != state:
+            now = self._clock.now()
+            self.since[zone] = now
+            self.transitions.setdefault(zone, deque(maxlen=TRANSITIONS_KEPT)).append((str(state), now))
+        self.states[zone] = state
 
     def ensure_zone(self, zone: str) -> bool:
         """Register a zone (state Initial, queue at the healthy rate); True if it is new."""
         if zone in self.queues:
             return False
-        self.states[zone] = ZoneState.INITIAL
+        self._set_state(zone, ZoneState.INITIAL)
         self.queues[zone] = RateLimitedTimedQueue(clock=self._clock, qps=self.healthy_qps)
         return True
 
@@ -327,6 +375,7 @@ class Disruption:
             if zone not in zone_conditions:
                 # A zone with no nodes left: forget its state (its queue stays, as upstream).
                 del self.states[zone]
+                self.since.pop(zone, None)
                 continue
             if self.states[zone] != ZoneState.FULL_DISRUPTION:
                 all_full_before = False
@@ -337,8 +386,9 @@ class Disruption:
             # cluster down. Stop all evictions (upstream "master disruption mode").
             for zone in self.states:
                 self.queues[zone].swap_limiter(0.0)
-                self.states[zone] = ZoneState.FULL_DISRUPTION
+                self._set_state(zone, ZoneState.FULL_DISRUPTION)
             self.master_disruption = True
+            self.master_disruption_since = self._clock.now()
             return DisruptionResult(entered_master_disruption=True,
                                     changed={z: ZoneState.FULL_DISRUPTION for z in self.states})
         if all_full_before:
@@ -347,9 +397,10 @@ class Disruption:
             for zone in self.states:
                 state = new_states[zone]
                 self.queues[zone].swap_limiter(self._qps(zone, len(zone_conditions[zone]), state))
-                self.states[zone] = state
+                self._set_state(zone, state)
                 changed[zone] = state
             self.master_disruption = False
+            self.master_disruption_since = None
             return DisruptionResult(exited_master_disruption=True, changed=changed)
         changed = {}
         for zone, old in self.states.items():
@@ -357,9 +408,10 @@ class Disruption:
             if old == state:
                 continue
             self.queues[zone].swap_limiter(self._qps(zone, len(zone_conditions[zone]), state))
-            self.states[zone] = state
+            self._set_state(zone, state)
             changed[zone] = state
         self.master_disruption = False
+        self.master_disruption_since = None
         return DisruptionResult(changed=changed)
 
     def snapshot(self) -> dict[str, object]:
@@ -368,6 +420,8 @@ class Disruption:
         for zone, q in self.queues.items():
             zones[zone_display(zone) or "<none>"] = {
                 "state": str(self.states.get(zone, ZoneState.INITIAL)),
+                "stateSince": self.since.get(zone),
+                "transitions": [{"state": st, "at": at} for st, at in self.transitions.get(zone, ())],
                 "size": self.sizes.get(zone, 0),
                 "notReady": self.not_ready.get(zone, 0),
                 "qps": q.qps,
@@ -375,4 +429,5 @@ class Disruption:
                 "queue": [{"node": v.value, "addedAt": v.added_at, "processAt": v.process_at} for v in q.items()],
                 "processed": sorted(q.known() - {v.value for v in q.items()}),
             }
-        return {"masterDisruption": self.master_disruption, "zones": zones}
+        return {"masterDisruption": self.master_disruption, "masterDisruptionSince": self.master_disruption_since,
+                "zones": zones}

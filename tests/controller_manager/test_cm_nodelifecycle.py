@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from cm_fakes import FakeApi
+import asyncio
+from typing import Any
+
+import pytest
+from cm_fakes import FakeApi, FakeStore
 
 from controller_manager.nodelifecycle import NodeLifecycleController, assess_node_health
-from controller_manager.objects import TAINT_NOT_READY, TAINT_UNREACHABLE, condition, condition_status
+from controller_manager.objects import TAINT_NOT_READY, TAINT_UNREACHABLE, PatchType, condition, condition_status
 from controller_manager.settings import NodeLifecycleSettings
 from controller_manager.zones import ZoneState
 from services.clock import ManualClock, format_micro_time, format_time
@@ -326,3 +330,134 @@ async def test_everything_down_enters_master_disruption_and_removes_taints() -> 
     await run_for(api, nlc, b, 5)
     assert nlc.disruption.snapshot()["masterDisruption"] is False
     assert nlc.disruption.queues[":\x00:a"].qps == 0.1
+
+
+async def test_stale_node_cache_after_own_taint_wastes_no_token() -> None:
+    """The informer has not yet delivered the controller's own taint: the next token taints the next node."""
+    clock = ManualClock()
+    api = FakeApi(clock)
+    for i in range(10):
+        add_node(api, f"n{i}", ready="False" if i < 3 else "True")
+    nlc = controller(api)
+    await nlc.monitor_once()
+    api_nodes = nlc.nodes
+    assert isinstance(api_nodes, FakeStore)
+    api_nodes.freeze()  # the cache stops here: it never shows n0's taint
+    assert await nlc.eviction_pass() == ["n0"]
+    await clock.advance(5)
+    await nlc.monitor_once()
+    await clock.advance(5)
+    assert await nlc.eviction_pass() == ["n1"]
+    assert tainted(api, ["n0", "n1", "n2"]) == ["n0", "n1"]
+    api_nodes.frozen = None
+    await nlc.monitor_once()
+    assert nlc._own_writes == {}  # the cache caught up: nothing overlaid any more
+
+
+class GatedApi(FakeApi):
+    """Holds the NoExecute taint write of one node until `gate` is set."""
+
+    def __init__(self, clock: ManualClock, *, node: str) -> None:
+        super().__init__(clock)
+        self.node = node
+        self.gate = asyncio.Event()
+        self.held = asyncio.Event()
+
+    async def patch(self, kind: Any, name: str, patch: Obj | list[Obj], *, namespace: str | None = None,
+                    patch_type: PatchType = "merge", subresource: str | None = None) -> Obj:
+        if name == self.node and isinstance(patch, dict) and any(
+                t.get("effect") == "NoExecute" for t in (patch.get("spec") or {}).get("taints") or []):
+            self.held.set()
+            await self.gate.wait()
+        return await super().patch(kind, name, patch, namespace=namespace, patch_type=patch_type,
+                                   subresource=subresource)
+
+
+async def test_master_disruption_removes_a_taint_that_was_in_flight() -> None:
+    """Entering master disruption waits for the eviction action in flight and removes its taint too."""
+    clock = ManualClock()
+    api = GatedApi(clock, node="a-01")
+    nlc = controller(api)
+    names = await zone_cluster(api, nlc, {"a": 3, "b": 3})
+    a, b = names[:3], names[3:]
+    await run_for(api, nlc, b, 60)
+    assert tainted(api, a) == ["a-00"]  # zone a fully down: first token at once
+    await clock.advance(10)
+    evicting = asyncio.create_task(nlc.eviction_pass())
+    await asyncio.wait_for(api.held.wait(), 1)  # a-01's taint is granted its token and in flight
+    await clock.advance(60)  # zone b powered off too
+    monitoring = asyncio.create_task(nlc.monitor_once())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert nlc.disruption.master_disruption
+    api.gate.set()
+    await asyncio.wait_for(asyncio.gather(evicting, monitoring), 1)
+    assert tainted(api, names) == []
+    assert all(q.qps == 0.0 for q in nlc.disruption.queues.values())
+
+
+async def test_next_eviction_pass_wakes_when_a_token_is_due() -> None:
+    clock = ManualClock()
+    api = FakeApi(clock)
+    for i in range(10):
+        add_node(api, f"n{i}", ready="False" if i < 2 else "True")
+    nlc = controller(api)
+    assert nlc.next_pass_delay(0.8) == 0.8  # nothing queued: the polling period
+    await nlc.monitor_once()
+    assert nlc.next_pass_delay(0.8) == pytest.approx(0.001)  # a token and a node: now
+    assert await nlc.eviction_pass() == ["n0"]
+    await clock.advance(9.5)
+    assert nlc.next_pass_delay(0.8) == pytest.approx(0.501)  # the next token, not the next poll
+    await clock.advance(0.501)
+    assert await nlc.eviction_pass() == ["n1"]
+
+
+class GatedStatusApi(FakeApi):
+    """Holds one node's status write until `gate` is set (the monitor pass awaits mid-way)."""
+
+    def __init__(self, clock: ManualClock, *, node: str) -> None:
+        super().__init__(clock)
+        self.node = node
+        self.gate = asyncio.Event()
+        self.held = asyncio.Event()
+
+    async def update(self, kind: Any, body: Obj, *, subresource: str | None = None) -> Obj:
+        if subresource == "status" and body["metadata"]["name"] == self.node:
+            self.held.set()
+            await self.gate.wait()
+        return await super().update(kind, body, subresource=subresource)
+
+
+async def test_node_tainted_while_the_monitor_pass_awaits_is_not_requeued() -> None:
+    """The pass judges each node on its newest copy, not on the list it started from."""
+    clock = ManualClock()
+    api = GatedStatusApi(clock, node="n1")
+    for i in range(10):
+        add_node(api, f"n{i}")
+    nlc = controller(api)
+    alive = [f"n{i}" for i in range(10) if i != 1]  # n1 is powered off from the start
+    await nlc.monitor_once()  # n1's grace clock starts now: Unknown once 50 s have passed
+    await run_for(api, nlc, alive, 40)
+    await clock.advance(5)
+    for n in ("n4", "n5"):  # the kubelets of n4 and n5 report NotReady
+        c = condition(api.objects["nodes"][n], "Ready")
+        assert c is not None
+        c.update(status="False", lastTransitionTime=format_time(clock.now()))
+    for n in alive:
+        beat(api, n)
+    await nlc.monitor_once()
+    assert await nlc.eviction_pass() == ["n4"]  # n5 waits for the next token, 10 s later
+    await run_for(api, nlc, alive, 5)
+    await clock.advance(5)
+    for n in alive:
+        beat(api, n)
+    assert ready_of(api, "n1") == "True"
+    monitoring = asyncio.create_task(nlc.monitor_once())  # n1 goes Unknown: its write is held
+    await asyncio.wait_for(api.held.wait(), 1)
+    assert await nlc.eviction_pass() == ["n5"]  # meanwhile n5 is tainted
+    api.gate.set()
+    await asyncio.wait_for(monitoring, 1)
+    assert ready_of(api, "n1") == "Unknown"
+    await run_for(api, nlc, alive, 5)  # n1 observed Unknown: queued
+    await clock.advance(5)
+    assert await nlc.eviction_pass() == ["n1"]  # not a wasted token on n5 again

@@ -176,3 +176,94 @@ async def test_single_zone_all_down_is_master_disruption() -> None:
     assert d.update({"": statuses(0, 3)}).entered_master_disruption
     snap = d.snapshot()
     assert snap["masterDisruption"] is True
+
+
+async def test_value_readded_while_its_action_runs_is_done_once() -> None:
+    """A monitor pass that re-queues a node while its taint write is in flight costs no token.
+
+    Upstream's RemoveFromQueue drops the value's entry whatever it is by then; keeping the
+    fresh entry would spend the next token on a node already tainted (a doubled gap).
+    """
+    clock = ManualClock()
+    q = RateLimitedTimedQueue(clock=clock, qps=0.1)
+    q.add("n0", "u0")
+    q.add("n1", "u1")
+
+    async def requeued_meanwhile(v: TimedValue) -> tuple[bool, float]:
+        assert q.remove(v.value)  # the pass saw the node untainted in its (stale) cache
+        assert q.add(v.value, "u0")
+        return True, 0.0
+
+    assert await q.atry_process(requeued_meanwhile) == ["n0"]
+    assert [v.value for v in q.items()] == ["n1"]
+    assert "n0" in q.known()  # remembered: handled once for this outage
+    await clock.advance(10)
+
+    async def ok(v: TimedValue) -> tuple[bool, float]:
+        return True, 0.0
+
+    assert await q.atry_process(ok) == ["n1"]
+
+
+async def test_failed_action_of_a_value_removed_meanwhile_is_not_retried() -> None:
+    clock = ManualClock()
+    q = RateLimitedTimedQueue(clock=clock, qps=100)
+    q.add("n0", "u0")
+
+    async def healthy_meanwhile(v: TimedValue) -> tuple[bool, float]:
+        q.remove(v.value)  # the node became Ready: forgotten
+        return False, 0.0
+
+    assert await q.atry_process(healthy_meanwhile) == []
+    assert q.items() == [] and q.known() == set()
+
+
+async def test_state_since_is_the_time_of_the_last_change() -> None:
+    clock = ManualClock()
+    d = _disruption(clock)
+    A = ":\x00:a"  # zone "a", no region
+    d.update({A: statuses(60, 0)})
+    await clock.advance(5)
+    t0 = clock.now()
+    d.update({A: statuses(26, 34)})
+    await clock.advance(5)
+    d.update({A: statuses(26, 34)})  # unchanged: the time stays
+    zone = d.snapshot()["zones"]
+    assert isinstance(zone, dict)
+    assert zone["a"]["state"] == "PartialDisruption" and zone["a"]["stateSince"] == t0
+    assert d.snapshot()["masterDisruptionSince"] is None
+    await clock.advance(5)
+    d.update({A: statuses(0, 60)})
+    assert d.snapshot()["masterDisruptionSince"] == clock.now()
+
+
+async def test_next_due_is_when_the_next_token_and_the_head_are_both_there() -> None:
+    clock = ManualClock()
+    q = RateLimitedTimedQueue(clock=clock, qps=0.1)
+    assert q.next_due() is None  # nothing queued
+    t0 = clock.now()
+    q.add("n0", "")
+    q.add("n1", "")
+    assert q.next_due() == t0  # a full bucket: at once
+    assert q.try_process(lambda v: (True, 0.0)) == ["n0"]
+    assert q.next_due() == pytest.approx(t0 + 10)
+    await clock.advance(4)
+    assert q.next_due() == pytest.approx(t0 + 10)
+    q.swap_limiter(0.0)
+    assert q.next_due() is None  # stopped: never
+    q.swap_limiter(0.01)
+    assert q.next_due() == pytest.approx(t0 + 4 + 100)  # swapped in drained
+
+
+async def test_zone_transitions_are_logged_with_their_times() -> None:
+    clock = ManualClock()
+    d = _disruption(clock)
+    zone = ":\x00:a"
+    t0 = clock.now()
+    d.update({zone: statuses(30, 0)})
+    await clock.advance(5)
+    d.update({zone: statuses(10, 20)})
+    zones = d.snapshot()["zones"]
+    assert isinstance(zones, dict)
+    assert zones["a"]["transitions"] == [{"state": "Initial", "at": t0}, {"state": "Normal", "at": t0},
+                                         {"state": "PartialDisruption", "at": t0 + 5}]
