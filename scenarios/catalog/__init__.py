@@ -12,6 +12,7 @@ from scenarios.catalog.node_pressure_predicates import NodePressurePredicates
 from scenarios.catalog.nominated_node_race import NominatedNodeRace
 from scenarios.catalog.recreate_stuck_terminating import RecreateStuckTerminating
 from scenarios.catalog.stale_update_unnominates import StaleUpdateUnnominates
+from scenarios.catalog.zone_disruption import ZoneDisruption
 from scenarios.framework import Scenario
 
 SCENARIOS: Final[tuple[Scenario, ...]] = (
@@ -23,4 +24,5 @@ SCENARIOS: Final[tuple[Scenario, ...]] = (
     RecreateStuckTerminating(),
     ForceDeleteZombie(),
     NodePressurePredicates(),
+    ZoneDisruption(),
 )
