@@ -21,6 +21,7 @@ use this to fire the moment a component has been delivered or has written an eve
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextvars import ContextVar
@@ -31,8 +32,20 @@ from services.clock import Clock
 Record = dict[str, Any]
 Subscriber = Callable[[Record], None]
 
+DELIVERY_FIELDS: Final = ("index", "time", "type", "component", "instance", "watch", "resource", "event", "key",
+                          "rv")
+"""The fields of a `delivery` record, in the order `History.deliveries` takes their values."""
+
+Delivery = tuple[int, float, str, str, str, int, str, str, str, int]
+"""A delivery record as kept: a tuple in `DELIVERY_FIELDS` order (a fifth of a dict's memory;
+deliveries are most of the history, one per event per watcher)."""
+
 WRITER: Final[ContextVar[tuple[str, str]]] = ContextVar("kubemesh_writer", default=("unknown", "unknown"))
 """The (component, instance) whose request is being served: attributes store writes to it."""
+
+
+def _as_record(rec: Record | Delivery) -> Record:
+    return rec if isinstance(rec, dict) else dict(zip(DELIVERY_FIELDS, rec, strict=True))
 
 
 class History:
@@ -42,7 +55,7 @@ class History:
         self.clock = clock
         self.capacity = capacity
         self.record_deliveries = deliveries
-        self._records: deque[Record] = deque(maxlen=capacity)
+        self._records: deque[Record | Delivery] = deque(maxlen=capacity)
         self._next = 1
         self._subscribers: list[Subscriber] = []
         self._changed = asyncio.Event()
@@ -50,7 +63,10 @@ class History:
     @property
     def first_index(self) -> int:
         """Index of the oldest record still kept (next index when empty)."""
-        return self._records[0]["index"] if self._records else self._next
+        if not self._records:
+            return self._next
+        first = self._records[0]
+        return int(first["index"]) if isinstance(first, dict) else first[0]
 
     @property
     def last_index(self) -> int:
@@ -77,31 +93,37 @@ class History:
         self._changed.set()
         return rec
 
-    def extend(self, count: int, build: Callable[[int, float], Iterable[Record]]) -> None:
-        """Record `count` things that happened at once, now, in order (a watch write's items).
-
-        `build(first_index, now)` returns the records, complete with `index` (first_index,
-        first_index + 1, ...), `time` (now) and `type`: the hot path builds each record once.
-        """
-        first = self._next
-        self._next += count
+    def deliveries(self, *, component: str, instance: str, watch: int,
+                   events: Iterable[tuple[str, str, str, int]]) -> None:
+        """Record the deliveries of one watch write, now, in order: (resource, event, key, rv) each."""
+        index = self._next
+        now = self.clock.now()
         records = self._records
         subscribers = self._subscribers
-        for rec in build(first, self.clock.now()):
+        for resource, event, key, rv in events:
+            rec: Delivery = (index, now, "delivery", component, instance, watch, resource, event, key, rv)
+            index += 1
             records.append(rec)
             for sub in tuple(subscribers):
-                sub(rec)
+                sub(_as_record(rec))
+        self._next = index
         self._changed.set()
 
     def since(self, index: int = 0, *, types: Iterable[str] | None = None, limit: int | None = None) -> list[Record]:
         """Records with an index above `index` (optionally of some types only)."""
         wanted = set(types) if types else None
         out: list[Record] = []
-        start = max(0, index - self.first_index + 1)
-        for i in range(start, len(self._records)):
-            rec = self._records[i]
-            if wanted is None or rec["type"] in wanted:
-                out.append(rec)
+        records = self._records
+        start = min(max(0, index - self.first_index + 1), len(records))
+        # A deque is slow to index in the middle: walk it once, from the nearer end.
+        if start > len(records) // 2:
+            tail: Iterable[Record | Delivery] = reversed(list(itertools.islice(reversed(records),
+                                                                              len(records) - start)))
+        else:
+            tail = itertools.islice(records, start, None)
+        for kept in tail:
+            if wanted is None or (kept["type"] if isinstance(kept, dict) else kept[2]) in wanted:
+                out.append(_as_record(kept))
                 if limit is not None and len(out) >= limit:
                     break
         return out

@@ -161,11 +161,8 @@ def build_app(settings: ServerSettings) -> web.Application:
 
     def record_delivery(w: Watcher, items: Sequence[Item]) -> None:
         component, instance = w.identity
-        wid = w.id
-        history.extend(len(items), lambda first, now: [
-            {"index": first + i, "time": now, "type": "delivery", "component": component, "instance": instance,
-             "watch": wid, "resource": event.kind.plural, "event": type_, "key": event.key, "rv": event.rv}
-            for i, (type_, event, _) in enumerate(items)])
+        history.deliveries(component=component, instance=instance, watch=w.id,
+                           events=[(event.kind.plural, type_, event.key, event.rv) for type_, event, _ in items])
 
     store.subscribe(record_write)
     if settings.history_deliveries:

@@ -234,7 +234,11 @@ class TransportSink:
     def __init__(self, *, writer: AbstractStreamWriter, transport: asyncio.Transport) -> None:
         self._writer = writer
         self._transport = transport
-        self._limit = max(transport.get_write_buffer_limits()[1], 16 * 1024)
+        try:
+            high = transport.get_write_buffer_limits()[1]
+        except (AttributeError, NotImplementedError):  # a transport without flow-control limits
+            high = 64 * 1024
+        self._limit = max(high, 16 * 1024)
 
     def write(self, data: bytes) -> bool:
         """Send one chunk; False when the connection is closing or its buffer is full."""
