@@ -223,6 +223,16 @@ def write_options(request: web.Request) -> WriteOptions:
                         force=flag(q.get("force")))
 
 
+def _has_flow_control(transport: asyncio.Transport) -> bool:
+    """Whether a transport reports its buffer (the direct path needs it to stop in time)."""
+    try:
+        transport.get_write_buffer_size()
+        transport.get_write_buffer_limits()
+    except (AttributeError, NotImplementedError):
+        return False
+    return True
+
+
 class TransportSink:
     """A watch response written to synchronously (`apiserver.watching.Sink`).
 
@@ -234,11 +244,7 @@ class TransportSink:
     def __init__(self, *, writer: AbstractStreamWriter, transport: asyncio.Transport) -> None:
         self._writer = writer
         self._transport = transport
-        try:
-            high = transport.get_write_buffer_limits()[1]
-        except (AttributeError, NotImplementedError):  # a transport without flow-control limits
-            high = 64 * 1024
-        self._limit = max(high, 16 * 1024)
+        self._limit = max(transport.get_write_buffer_limits()[1], 16 * 1024)
 
     def write(self, data: bytes) -> bool:
         """Send one chunk; False when the connection is closing or its buffer is full."""
@@ -455,7 +461,7 @@ class Api:
             return resp
         writer = await resp.prepare(request)
         transport = request.transport
-        if transport is not None and writer is not None:
+        if transport is not None and writer is not None and resp.chunked and _has_flow_control(transport):
             await resp.write(b"")  # the headers go out now: the direct path writes after them
             watcher.sink = TransportSink(writer=writer, transport=transport)
         try:
@@ -468,6 +474,9 @@ class Api:
         except ConnectionResetError:
             return resp  # the client went away (kubectl closes its watch once satisfied)
         finally:
+            # Closed before the response ends: the flusher and chaos must not reach it again.
+            watcher.close("stream ended")
+            watcher.sink = None
             self.hub.unregister(watcher)
         with contextlib.suppress(ConnectionResetError):
             await resp.write_eof()

@@ -9,7 +9,9 @@ What a watch promises (the Kubernetes watch-cache contract, kept here):
 * With selectors, an object that starts matching arrives as ADDED and one that stops
   matching as DELETED (carrying its previous state at the new revision).
 * BOOKMARK events (when asked for) carry a revision up to which this watcher has been sent
-  everything it matches; they are emitted only when its queue is empty.
+  everything it matches; they are emitted only when its queue is empty, at most every
+  `WatchSettings.bookmark_interval` (busy or not). The bookmark that ends the initial events
+  carries the revision of the initial state.
 * A watcher's queue is bounded. A watcher that cannot keep up is closed (its stream ends;
   the client resumes from its last revision), never allowed to grow memory without bound.
 
@@ -43,6 +45,7 @@ from typing import Any, Protocol
 
 import msgpack
 import orjson
+import structlog
 
 from apiserver import tables
 from apiserver.storage import EventType, Store
@@ -100,6 +103,8 @@ class Event:
         return frame
 
 
+log = structlog.get_logger("apiserver.watching")
+
 _MSGPACK_HEADS: dict[str, bytes] = {}
 
 
@@ -129,7 +134,8 @@ class WatchSettings:
     max_queue: int = 10_000
     """Events a watcher may have waiting; beyond that it is closed as too slow."""
     bookmark_interval: float = 5.0
-    """Wall seconds of idleness after which a watcher that asked for bookmarks gets one."""
+    """Wall seconds between the bookmarks of a watcher that asked for them (sent only when its
+    queue is empty)."""
     batch: int = 512
     """Frames joined into one write when a watcher has a backlog."""
     flush_interval: float = 0.005
@@ -196,7 +202,15 @@ class Flusher:
         self.flushes += 1
         dirty, self._dirty = self._dirty, {}
         for w in dirty:
-            w.flush()
+            try:
+                w.flush()
+            except Exception:
+                # One broken stream must not strand the others. Its items may be half taken:
+                # cut the connection so that its client resumes from what it really received.
+                log.exception("watch flush failed; closing the stream", watcher=w.id, who=w.identity)
+                w.close("internal error while writing the stream")
+                if w.sink is not None:
+                    w.sink.abort()
 
 _ids = itertools.count(1)
 
@@ -346,9 +360,15 @@ class Watcher:
         return not self.queue and not self.closed and not self.suppress_bookmarks
 
     def bookmark(self, *, initial_end: bool = False) -> bytes:
-        """A BOOKMARK frame at the current revision."""
+        """A BOOKMARK frame at the current revision.
+
+        The initial-end bookmark carries the initial state's revision instead: live events
+        after that state may already be queued behind it.
+        """
         md: dict[str, Any] = {"resourceVersion": str(self._revision())}
         if initial_end:
+            if self.initial_end_rv is not None:
+                md["resourceVersion"] = str(self.initial_end_rv)
             md["annotations"] = {"k8s.io/initial-events-end": "true"}
         obj = {"kind": self.kind.kind, "apiVersion": self.kind.api_version, "metadata": md}
         return encode_event("BOOKMARK", obj, self.encoding)
@@ -366,7 +386,7 @@ class Watcher:
 
     def flush(self) -> None:
         """The direct path: write the whole backlog now (called by the flusher)."""
-        if not self.direct or not self.queue or self.sink is None:
+        if not self.direct or self.closed or not self.queue or self.sink is None:
             return
         if not self.sink.write(self._take(len(self.queue))):
             # Gone, or its buffer is full: the stream's task takes over and awaits the drain.
@@ -380,6 +400,16 @@ class Watcher:
         (see the module docstring); what it yields is then only the initial state, bookmarks,
         backlogs after a full buffer, and the final frame.
         """
+        try:
+            async for chunk in self._stream():
+                yield chunk
+        finally:
+            # However the stream ends (closed, timeoutSeconds, the client gone), nothing may
+            # write to its connection any more: the response is finished or reused.
+            self.direct = False
+            self.sink = None
+
+    async def _stream(self) -> AsyncIterator[bytes]:
         batch = self.settings.batch
         while True:
             self.direct = False

@@ -165,6 +165,7 @@ async def test_full_buffer_hands_over_to_the_task_and_back_in_order() -> None:
     assert names(log) == ["a0", "a1"]
     sink.empty()
     await settle()
+    assert names(log) == ["a0", "a1", "b0", "b1", "b2"]  # written once drained, without a later event
     reg.create(PODS, "default", pod("c0"), OPTS)
     await settle()
     assert is_direct(w)  # a function call: mypy narrowed `w.direct` to False above
@@ -189,6 +190,49 @@ async def test_a_client_that_stops_reading_is_cut_off() -> None:
     assert sink.aborted
     await asyncio.wait_for(task, 1)
     assert len(w.queue) <= 5
+
+
+async def test_a_stream_that_fails_to_write_is_cut_off_and_the_others_still_get_their_events() -> None:
+    reg, hub = make()
+    a, b = open_watch(hub, reg), open_watch(hub, reg)
+    log_a: list[bytes] = []
+    log_b: list[bytes] = []
+    sink_a, sink_b = FakeSink(log_a), FakeSink(log_b)
+    a.sink, b.sink = sink_a, sink_b
+
+    def broken(w: Watcher, items: Any) -> None:
+        raise RuntimeError("history is broken")
+
+    a.on_deliver = broken
+    tasks = [await start(a, log_a), await start(b, log_b)]
+    reg.create(PODS, "default", pod("p0"), OPTS)
+    await settle()
+    assert a.closed and sink_a.aborted
+    assert names(log_b) == ["p0"]
+    reg.create(PODS, "default", pod("p1"), OPTS)
+    await settle()
+    assert names(log_b) == ["p0", "p1"]
+    b.close("done")
+    for task in tasks:
+        await asyncio.wait_for(task, 1)
+
+
+async def test_a_finished_stream_is_never_written_again() -> None:
+    reg, hub = make(interval=0.05)
+    w = open_watch(hub, reg)
+    log: list[bytes] = []
+    sink = FakeSink(log)
+    w.sink = sink
+    task = await start(w, log)
+    reg.create(PODS, "default", pod("first"), OPTS)
+    await settle()
+    reg.create(PODS, "default", pod("pending"), OPTS)  # waits for the next flush...
+    task.cancel()  # ... when timeoutSeconds ends the stream
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.08)
+    assert names(log) == ["first"]
+    assert (w.sink, is_direct(w)) == (None, False)
 
 
 async def test_without_a_sink_the_task_writes_everything() -> None:
@@ -247,4 +291,60 @@ async def test_a_watch_client_that_stops_reading_is_disconnected_and_the_server_
         async with asyncio.timeout(10):
             while await reader.read(1 << 20):
                 pass
+    writer.close()
+
+
+async def test_live_events_over_http_arrive_whole_and_in_order(start_apiserver: StartApiServer) -> None:
+    server = await start_apiserver()
+    async with aiohttp.ClientSession() as http:
+        url = f"{server.url}/api/v1/namespaces/default/pods"
+        async with http.get(url, params={"watch": "true"}) as stream:
+            for i in range(60):
+                async with http.post(url, json=pod(f"p{i:02d}")) as r:
+                    assert r.status == 201
+            got: list[tuple[str, int]] = []
+            async with asyncio.timeout(10):
+                while len(got) < 60:
+                    line = await stream.content.readline()  # the client undoes the chunked framing
+                    ev = orjson.loads(line)
+                    got.append((ev["object"]["metadata"]["name"], int(ev["object"]["metadata"]["resourceVersion"])))
+    assert [n for n, _ in got] == [f"p{i:02d}" for i in range(60)]
+    assert [rv for _, rv in got] == sorted(rv for _, rv in got)
+
+
+async def test_a_timed_out_watch_leaves_its_connection_clean_for_the_next_request(
+        start_apiserver: StartApiServer) -> None:
+    server = await start_apiserver()
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /api/v1/namespaces/default/pods?watch=true&timeoutSeconds=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    stop = asyncio.Event()
+
+    async def churn() -> None:  # writes keep coming while the watch times out
+        async with aiohttp.ClientSession() as http:
+            i = 0
+            while not stop.is_set():
+                async with http.post(f"{server.url}/api/v1/namespaces/default/pods", json=pod(f"c{i}")) as r:
+                    assert r.status == 201
+                i += 1
+
+    churner = asyncio.create_task(churn())
+    try:
+        async with asyncio.timeout(15):
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert b"chunked" in head.lower()
+            while True:  # read chunks up to the terminating one
+                size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+                await reader.readexactly(size + 2)
+                if size == 0:
+                    break
+        await asyncio.sleep(0.3)  # time for a stray flush to show up
+    finally:
+        stop.set()
+        await churner
+    writer.write(b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    async with asyncio.timeout(5):
+        first = await reader.readuntil(b"\r\n")
+    assert first.startswith(b"HTTP/1.1 200"), first
     writer.close()
