@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextvars import ContextVar
 from typing import Any, Final
 
@@ -94,19 +94,18 @@ class History:
         return rec
 
     def deliveries(self, *, component: str, instance: str, watch: int,
-                   events: Iterable[tuple[str, str, str, int]]) -> None:
+                   events: Sequence[tuple[str, str, str, int]]) -> None:
         """Record the deliveries of one watch write, now, in order: (resource, event, key, rv) each."""
-        index = self._next
+        first = self._next
+        self._next = first + len(events)
         now = self.clock.now()
-        records = self._records
-        subscribers = self._subscribers
-        for resource, event, key, rv in events:
-            rec: Delivery = (index, now, "delivery", component, instance, watch, resource, event, key, rv)
-            index += 1
-            records.append(rec)
-            for sub in tuple(subscribers):
-                sub(_as_record(rec))
-        self._next = index
+        batch: list[Delivery] = [(first + i, now, "delivery", component, instance, watch, resource, event, key, rv)
+                                 for i, (resource, event, key, rv) in enumerate(events)]
+        self._records.extend(batch)
+        if self._subscribers:
+            for rec in batch:
+                for sub in tuple(self._subscribers):
+                    sub(_as_record(rec))
         self._changed.set()
 
     def since(self, index: int = 0, *, types: Iterable[str] | None = None, limit: int | None = None) -> list[Record]:

@@ -34,7 +34,18 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from apiserver import errors
 from apiserver.history import WRITER, History
 from apiserver.registry import Registry
-from apiserver.serving import HUB, MAX_BODY, REGISTRY, RESPONSE_RV, Api, identity, read_body, render, render_status
+from apiserver.serving import (
+    HUB,
+    MAX_BODY,
+    REGISTRY,
+    RESPONSE_RV,
+    VERB,
+    Api,
+    identity,
+    read_body,
+    render,
+    render_status,
+)
 from apiserver.storage import Backend, LogBackend, MemoryBackend, Store
 from apiserver.watching import Item, Watcher, WatchHub, WatchSettings
 from services.certs import server_context
@@ -218,7 +229,8 @@ def build_app(settings: ServerSettings) -> web.Application:
         hist.observe(elapsed)
         if tail is not None or request.path.startswith("/chaos"):
             component, instance = who if who is not None else identity(request)
-            history.append("request", component=component, instance=instance, verb=_verb(request),
+            verb_name = request.get(VERB) or _verb(request)
+            history.append("request", component=component, instance=instance, verb=verb_name,
                            path=request.path, key=tail or "", rv=request.get(RESPONSE_RV), code=resp.status,
                            latency=round(elapsed, 6))
         return resp

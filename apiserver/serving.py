@@ -48,6 +48,8 @@ PATCH_TYPES: Final = {
 _TRUE: Final = frozenset({"true", "1", "yes", "t", "y"})
 
 RESPONSE_RV: Final = web.RequestKey("kubemesh_rv", str)
+VERB: Final = web.RequestKey("kubemesh_verb", str)
+"""The request's Kubernetes verb, once the resource handler has worked it out (the history reads it)."""
 """The resourceVersion of the object a response carries (recorded in the history)."""
 REGISTRY: Final = web.AppKey("registry", Registry)
 HUB: Final = web.AppKey("hub", WatchHub)
@@ -359,6 +361,7 @@ class Api:
         target = parse_target(group, version, request.match_info["tail"])
         method = request.method
         verb = _verb_of(method, target, request)
+        request[VERB] = "create" if method == "POST" else verb  # POST on a subresource creates too
         if target.sub is None and verb not in target.kind.verbs:
             raise errors.method_not_allowed(f"{verb} is not supported on {target.kind.resource}")
         if target.name is None:

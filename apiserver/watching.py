@@ -65,6 +65,7 @@ class Event:
     rv: int
     _bytes: dict[tuple[bool, Encoding], bytes] = field(default_factory=dict)
     _frames: dict[tuple[str, bool, Encoding], bytes] = field(default_factory=dict)
+    _plain: dict[Encoding, bytes] = field(default_factory=dict)
     _as_deleted: Obj | None = None
     namespace: str = ""
     """The object's namespace (computed once: every watcher's namespace check reads it)."""
@@ -88,6 +89,14 @@ class Event:
 
     def frame(self, type_: str, encoding: Encoding, *, use_prev: bool = False) -> bytes:
         """The wire frame `{"type": type_, "object": ...}` in an encoding, built once."""
+        if type_ == self.type and not use_prev:  # the common case, asked once per watcher: one lookup
+            plain = self._plain.get(encoding)
+            if plain is None:
+                plain = self._plain[encoding] = self._build(type_, encoding, use_prev=False)
+            return plain
+        return self._build(type_, encoding, use_prev=use_prev)
+
+    def _build(self, type_: str, encoding: Encoding, *, use_prev: bool) -> bytes:
         fkey = (type_, use_prev, encoding)
         cached = self._frames.get(fkey)
         if cached is not None:
@@ -380,9 +389,10 @@ class Watcher:
         self.delivered += n
         if self.on_deliver is not None:
             self.on_deliver(self, items)
-        if len(items) == 1:
-            return self._frame(items[0])
-        return b"".join([self._frame(item) for item in items])
+        if self.table:
+            return b"".join([self._frame(item) for item in items])
+        enc = self.encoding
+        return b"".join([event.frame(type_, enc, use_prev=use_prev) for type_, event, use_prev in items])
 
     def flush(self) -> None:
         """The direct path: write the whole backlog now (called by the flusher)."""

@@ -300,7 +300,7 @@ class Watchers:
         while True:
             rep = self.report()
             got = [a - b for a, b in zip(rep["events"], before, strict=True)]
-            if min(got) >= expected or t.elapsed() > timeout:
+            if min(got, default=expected) >= expected or t.elapsed() > timeout:
                 return t.elapsed(), rep
             if got != last:
                 last = got
@@ -377,13 +377,13 @@ def measure_server(kind: str, encoding: str, args: argparse.Namespace, wrk: str 
                 "server_cpu": (cpu1 - cpu0) / wall,
                 "client_cpu": (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime) / wall,
                 "drain_s": drain,
-                "watch_events_min": min(got), "watch_events_max": max(got),
+                "watch_events_min": min(got, default=0), "watch_events_max": max(got, default=0),
                 "watchers_open": rep["open"],
                 "server_rss_mb": server.rss_mb(),
             }
             print(f"  {kind:24s} {encoding:8s} {mode:7s} {phases[mode]['writes_per_s']:9,.0f} writes/s  "
                   f"server cpu {phases[mode]['server_cpu']:.0%}  drain {drain:.2f}s  "
-                  f"watch events {min(got)}/{r['ok']}", flush=True)
+                  f"watch events {min(got, default=0)}/{r['ok']}", flush=True)
         return phases
     finally:
         if watchers is not None:
