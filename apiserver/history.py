@@ -21,10 +21,10 @@ use this to fire the moment a component has been delivered or has written an eve
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Final
 
 from services.clock import Clock
@@ -32,20 +32,46 @@ from services.clock import Clock
 Record = dict[str, Any]
 Subscriber = Callable[[Record], None]
 
-DELIVERY_FIELDS: Final = ("index", "time", "type", "component", "instance", "watch", "resource", "event", "key",
-                          "rv")
-"""The fields of a `delivery` record, in the order `History.deliveries` takes their values."""
-
-Delivery = tuple[int, float, str, str, str, int, str, str, str, int]
-"""A delivery record as kept: a tuple in `DELIVERY_FIELDS` order (a fifth of a dict's memory;
-deliveries are most of the history, one per event per watcher)."""
+Seen = tuple[str, str, str, int]
+"""What one delivery says about its event: (resource, event type as the watcher saw it, key, rv).
+One such tuple is shared by every watcher that saw the event the same way."""
 
 WRITER: Final[ContextVar[tuple[str, str]]] = ContextVar("kubemesh_writer", default=("unknown", "unknown"))
 """The (component, instance) whose request is being served: attributes store writes to it."""
 
 
-def _as_record(rec: Record | Delivery) -> Record:
-    return rec if isinstance(rec, dict) else dict(zip(DELIVERY_FIELDS, rec, strict=True))
+@dataclass(frozen=True, slots=True)
+class _Deliveries:
+    """The deliveries of one watch write: records `first` .. `first + len(seen) - 1`.
+
+    Deliveries are most of the history (one per event per watcher), so they are kept one entry
+    per write, holding references to shared `Seen` tuples: no object per delivery, and dicts
+    only for the records someone reads.
+    """
+
+    first: int
+    time: float
+    component: str
+    instance: str
+    watch: int
+    seen: tuple[Seen, ...]
+
+    def record(self, i: int) -> Record:
+        resource, event, key, rv = self.seen[i]
+        return {"index": self.first + i, "time": self.time, "type": "delivery", "component": self.component,
+                "instance": self.instance, "watch": self.watch, "resource": resource, "event": event, "key": key,
+                "rv": rv}
+
+
+_Entry = Record | _Deliveries
+
+
+def _first(entry: _Entry) -> int:
+    return entry.first if isinstance(entry, _Deliveries) else int(entry["index"])
+
+
+def _count(entry: _Entry) -> int:
+    return len(entry.seen) if isinstance(entry, _Deliveries) else 1
 
 
 class History:
@@ -55,7 +81,8 @@ class History:
         self.clock = clock
         self.capacity = capacity
         self.record_deliveries = deliveries
-        self._records: deque[Record | Delivery] = deque(maxlen=capacity)
+        self._entries: deque[_Entry] = deque()
+        self._size = 0  # records held by the entries
         self._next = 1
         self._subscribers: list[Subscriber] = []
         self._changed = asyncio.Event()
@@ -63,10 +90,7 @@ class History:
     @property
     def first_index(self) -> int:
         """Index of the oldest record still kept (next index when empty)."""
-        if not self._records:
-            return self._next
-        first = self._records[0]
-        return int(first["index"]) if isinstance(first, dict) else first[0]
+        return _first(self._entries[0]) if self._entries else self._next
 
     @property
     def last_index(self) -> int:
@@ -83,48 +107,68 @@ class History:
 
         return unsubscribe
 
+    def _keep(self, entry: _Entry, count: int) -> None:
+        self._entries.append(entry)
+        self._size += count
+        # The ring drops whole entries, oldest first (a write's deliveries go together).
+        while self._size > self.capacity and len(self._entries) > 1:
+            self._size -= _count(self._entries.popleft())
+
     def append(self, type_: str, **fields: Any) -> Record:
         """Record one thing that happened, now."""
         rec: Record = {"index": self._next, "time": self.clock.now(), "type": type_, **fields}
         self._next += 1
-        self._records.append(rec)
+        self._keep(rec, 1)
         for sub in tuple(self._subscribers):
             sub(rec)
         self._changed.set()
         return rec
 
-    def deliveries(self, *, component: str, instance: str, watch: int,
-                   events: Sequence[tuple[str, str, str, int]]) -> None:
-        """Record the deliveries of one watch write, now, in order: (resource, event, key, rv) each."""
-        first = self._next
-        self._next = first + len(events)
-        now = self.clock.now()
-        batch: list[Delivery] = [(first + i, now, "delivery", component, instance, watch, resource, event, key, rv)
-                                 for i, (resource, event, key, rv) in enumerate(events)]
-        self._records.extend(batch)
+    def deliveries(self, *, component: str, instance: str, watch: int, seen: Sequence[Seen]) -> None:
+        """Record the deliveries of one watch write, now, in order."""
+        if not seen:
+            return
+        entry = _Deliveries(self._next, self.clock.now(), component, instance, watch, tuple(seen))
+        self._next += len(entry.seen)
+        self._keep(entry, len(entry.seen))
         if self._subscribers:
-            for rec in batch:
+            for i in range(len(entry.seen)):
+                rec = entry.record(i)
                 for sub in tuple(self._subscribers):
-                    sub(_as_record(rec))
+                    sub(rec)
         self._changed.set()
 
     def since(self, index: int = 0, *, types: Iterable[str] | None = None, limit: int | None = None) -> list[Record]:
         """Records with an index above `index` (optionally of some types only)."""
         wanted = set(types) if types else None
-        out: list[Record] = []
-        records = self._records
-        start = min(max(0, index - self.first_index + 1), len(records))
-        # A deque is slow to index in the middle: walk it once, from the nearer end.
-        if start > len(records) // 2:
-            tail: Iterable[Record | Delivery] = reversed(list(itertools.islice(reversed(records),
-                                                                              len(records) - start)))
-        else:
-            tail = itertools.islice(records, start, None)
-        for kept in tail:
-            if wanted is None or (kept["type"] if isinstance(kept, dict) else kept[2]) in wanted:
-                out.append(_as_record(kept))
-                if limit is not None and len(out) >= limit:
+        entries = self._entries
+        if not entries or index >= self._next - 1:
+            return []
+        # Walk the entries once, from the nearer end (a deque is slow to index in the middle).
+        if index - self.first_index > self._size // 2:
+            tail: list[_Entry] = []
+            for entry in reversed(entries):
+                tail.append(entry)
+                if _first(entry) <= index + 1:
                     break
+            tail.reverse()
+            picked: Iterable[_Entry] = tail
+        else:
+            picked = entries
+        out: list[Record] = []
+        for entry in picked:
+            if isinstance(entry, _Deliveries):
+                end = entry.first + len(entry.seen)
+                if end <= index + 1 or (wanted is not None and "delivery" not in wanted):
+                    continue
+                for i in range(max(0, index + 1 - entry.first), len(entry.seen)):
+                    out.append(entry.record(i))
+                    if limit is not None and len(out) >= limit:
+                        return out
+            elif entry["index"] > index and (wanted is None or entry["type"] in wanted):
+                out.append(entry)
+                if limit is not None and len(out) >= limit:
+                    return out
         return out
 
     async def follow(self, index: int = 0, *, types: Iterable[str] | None = None) -> AsyncIterator[Record]:

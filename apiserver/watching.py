@@ -66,6 +66,7 @@ class Event:
     _bytes: dict[tuple[bool, Encoding], bytes] = field(default_factory=dict)
     _frames: dict[tuple[str, bool, Encoding], bytes] = field(default_factory=dict)
     _plain: dict[Encoding, bytes] = field(default_factory=dict)
+    _seen: tuple[str, str, str, int] | None = None
     _as_deleted: Obj | None = None
     namespace: str = ""
     """The object's namespace (computed once: every watcher's namespace check reads it)."""
@@ -77,6 +78,17 @@ class Event:
         self.namespace = str(md.get("namespace") or "")
         name = str(md.get("name") or "")
         self.key = f"{self.namespace}/{name}" if self.namespace else name
+
+    @property
+    def seen(self) -> tuple[str, str, str, int]:
+        """(resource, type, key, rv): what the history records of each delivery, shared by all."""
+        if self._seen is None:
+            self._seen = (self.kind.plural, self.type, self.key, self.rv)
+        return self._seen
+
+    def seen_as(self, type_: str) -> tuple[str, str, str, int]:
+        """`seen` for a watcher that saw the event as another type (a selector transition)."""
+        return (self.kind.plural, type_, self.key, self.rv)
 
     def object_for(self, *, use_prev: bool) -> Obj:
         """The object a frame carries: the new state, or the previous state re-stamped."""

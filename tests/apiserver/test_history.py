@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from apiserver.history import History
 from services.clock import ManualClock
 
@@ -15,7 +17,7 @@ def test_records_are_numbered_in_order_and_the_ring_drops_the_oldest() -> None:
     for i in range(7):
         h.append("request", n=i)
     h.deliveries(component="scheduler", instance="s-0", watch=3,
-                 events=[("pods", "ADDED", f"default/p{i}", 100 + i) for i in range(6)])
+                 seen=[("pods", "ADDED", f"default/p{i}", 100 + i) for i in range(6)])
     assert (h.first_index, h.last_index) == (4, 13)
     assert [r["index"] for r in h.since(0)] == list(range(4, 14))
     assert h.since(12) == [{"index": 13, "time": h.clock.now(), "type": "delivery", "component": "scheduler",
@@ -27,7 +29,7 @@ def test_since_filters_by_type_and_limit_from_both_ends_of_the_ring() -> None:
     h = make(1000)
     for i in range(300):
         h.append("request", n=i)
-        h.deliveries(component="c", instance="i", watch=1, events=[("pods", "MODIFIED", "default/p", i)])
+        h.deliveries(component="c", instance="i", watch=1, seen=[("pods", "MODIFIED", "default/p", i)])
     early = h.since(10, types=["request"], limit=3)  # read from the front
     assert [r["n"] for r in early] == [5, 6, 7]
     late = h.since(590, types=["delivery"])  # read from the back
@@ -41,5 +43,29 @@ def test_subscribers_see_every_record_as_a_dict() -> None:
     seen: list[dict[str, object]] = []
     h.subscribe(seen.append)
     h.append("write", key="a")
-    h.deliveries(component="c", instance="i", watch=2, events=[("nodes", "DELETED", "n1", 7)])
+    h.deliveries(component="c", instance="i", watch=2, seen=[("nodes", "DELETED", "n1", 7)])
     assert [(r["type"], r.get("key")) for r in seen] == [("write", "a"), ("delivery", "n1")]
+
+
+def test_since_matches_a_plain_list_of_records_whatever_the_ring_holds() -> None:
+    rng = random.Random(5)
+    for capacity in (1, 7, 50):
+        h = make(capacity)
+        plain: list[dict[str, object]] = []
+        for step in range(400):
+            if rng.random() < 0.4:
+                plain.append(h.append("request", n=step))
+            else:
+                seen = [("pods", "MODIFIED", f"default/p{step}", step * 10 + j) for j in range(rng.randint(1, 4))]
+                first = h.last_index + 1
+                h.deliveries(component="c", instance="i", watch=step, seen=seen)
+                plain.extend({"index": first + j, "time": h.clock.now(), "type": "delivery", "component": "c",
+                              "instance": "i", "watch": step, "resource": r, "event": e, "key": k, "rv": rv}
+                             for j, (r, e, k, rv) in enumerate(seen))
+            kept = [r for r in plain if r["index"] >= h.first_index]  # type: ignore[operator]
+            assert len(kept) <= capacity + 3  # whole writes go together
+            for since in (0, h.first_index - 1, h.first_index + 2, h.last_index - 3, h.last_index):
+                for types in (None, ["delivery"], ["request"]):
+                    want = [r for r in kept if r["index"] > since and (types is None or r["type"] in types)]  # type: ignore[operator]
+                    assert h.since(since, types=types) == want
+                    assert h.since(since, types=types, limit=2) == want[:2]
