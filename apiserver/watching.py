@@ -48,6 +48,7 @@ import orjson
 import structlog
 
 from apiserver import tables
+from apiserver.history import Seen
 from apiserver.storage import EventType, Store
 from services.codec import Encoding
 from services.kinds import PODS, STORED_KINDS, Kind, Obj, labels_of, namespace_of
@@ -66,7 +67,7 @@ class Event:
     _bytes: dict[tuple[bool, Encoding], bytes] = field(default_factory=dict)
     _frames: dict[tuple[str, bool, Encoding], bytes] = field(default_factory=dict)
     _plain: dict[Encoding, bytes] = field(default_factory=dict)
-    _seen: tuple[str, str, str, int] | None = None
+    _seen: Seen | None = None
     _as_deleted: Obj | None = None
     namespace: str = ""
     """The object's namespace (computed once: every watcher's namespace check reads it)."""
@@ -79,16 +80,17 @@ class Event:
         name = str(md.get("name") or "")
         self.key = f"{self.namespace}/{name}" if self.namespace else name
 
-    @property
-    def seen(self) -> tuple[str, str, str, int]:
-        """(resource, type, key, rv): what the history records of each delivery, shared by all."""
+    def seen_as(self, type_: str) -> Seen:
+        """What the history records of a delivery of this event seen as `type_`.
+
+        Built once and shared by every watcher that saw the event as it is (the others are
+        selector transitions).
+        """
+        if type_ != self.type:
+            return (self.kind.plural, type_, self.key, self.rv)
         if self._seen is None:
             self._seen = (self.kind.plural, self.type, self.key, self.rv)
         return self._seen
-
-    def seen_as(self, type_: str) -> tuple[str, str, str, int]:
-        """`seen` for a watcher that saw the event as another type (a selector transition)."""
-        return (self.kind.plural, type_, self.key, self.rv)
 
     def object_for(self, *, use_prev: bool) -> Obj:
         """The object a frame carries: the new state, or the previous state re-stamped."""

@@ -106,6 +106,15 @@ def sink_of(w: Watcher) -> object:
     return w.sink
 
 
+async def direct_watch(hub: WatchHub, reg: Registry) -> tuple[Watcher, list[bytes], FakeSink, asyncio.Task[Any]]:
+    """A watcher with a FakeSink and its stream's task running: (watcher, what was written, sink, task)."""
+    w = open_watch(hub, reg)
+    log: list[bytes] = []
+    sink = FakeSink(log)
+    w.sink = sink
+    return w, log, sink, await start(w, log)
+
+
 async def settle() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
@@ -113,11 +122,7 @@ async def settle() -> None:
 
 async def test_events_written_by_the_flusher_one_chunk_per_flush() -> None:
     reg, hub = make()
-    w = open_watch(hub, reg)
-    log: list[bytes] = []
-    sink = FakeSink(log)
-    w.sink = sink
-    task = await start(w, log)
+    w, log, sink, task = await direct_watch(hub, reg)
     assert w.direct
     for i in range(10):
         reg.create(PODS, "default", pod(f"p{i}"), OPTS)  # one loop iteration: one flush
@@ -131,11 +136,7 @@ async def test_events_written_by_the_flusher_one_chunk_per_flush() -> None:
 
 async def test_flushes_are_coalesced_to_one_per_interval() -> None:
     reg, hub = make(interval=0.05)
-    w = open_watch(hub, reg)
-    log: list[bytes] = []
-    sink = FakeSink(log)
-    w.sink = sink
-    task = await start(w, log)
+    _, log, sink, task = await direct_watch(hub, reg)
     reg.create(PODS, "default", pod("first"), OPTS)
     await settle()
     assert sink.writes == 1  # idle hub: written at the end of the iteration
@@ -153,11 +154,7 @@ async def test_flushes_are_coalesced_to_one_per_interval() -> None:
 
 async def test_full_buffer_hands_over_to_the_task_and_back_in_order() -> None:
     reg, hub = make()
-    w = open_watch(hub, reg)
-    log: list[bytes] = []
-    sink = FakeSink(log)
-    w.sink = sink
-    task = await start(w, log)
+    w, log, sink, task = await direct_watch(hub, reg)
     reg.create(PODS, "default", pod("a0"), OPTS)
     sink.fill()
     reg.create(PODS, "default", pod("a1"), OPTS)
@@ -180,11 +177,7 @@ async def test_full_buffer_hands_over_to_the_task_and_back_in_order() -> None:
 
 async def test_a_client_that_stops_reading_is_cut_off() -> None:
     reg, hub = make(max_queue=5)
-    w = open_watch(hub, reg)
-    log: list[bytes] = []
-    sink = FakeSink(log)
-    w.sink = sink
-    task = await start(w, log)
+    w, _, sink, task = await direct_watch(hub, reg)
     sink.fill()
     reg.create(PODS, "default", pod("x"), OPTS)
     await settle()
@@ -223,11 +216,7 @@ async def test_a_stream_that_fails_to_write_is_cut_off_and_the_others_still_get_
 
 async def test_a_finished_stream_is_never_written_again() -> None:
     reg, hub = make(interval=0.05)
-    w = open_watch(hub, reg)
-    log: list[bytes] = []
-    sink = FakeSink(log)
-    w.sink = sink
-    task = await start(w, log)
+    w, log, _, task = await direct_watch(hub, reg)
     reg.create(PODS, "default", pod("first"), OPTS)
     await settle()
     reg.create(PODS, "default", pod("pending"), OPTS)  # waits for the next flush...
