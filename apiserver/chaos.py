@@ -43,7 +43,7 @@ import contextlib
 import math
 import random
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine, Iterable
+from collections.abc import AsyncIterator, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -522,16 +522,16 @@ class ChaosEngine:
 
     # ------------------------------------------------------------------------------ triggers
 
-    def on_delivered(self, w: Watcher, item: Item) -> None:
-        """A watch event reached a component's connection."""
+    def on_delivered(self, w: Watcher, items: Sequence[Item]) -> None:
+        """Watch events reached a component's connection (one write's worth, in order)."""
         if not self._triggered:
-            return
-        type_, event, use_prev = item
-        try:
-            self._observe("delivered", w.identity, event.kind, type_, event.object_for(use_prev=use_prev),
-                          event.prev, event.rv)
-        except Exception:  # chaos must never break a watch stream
-            log.exception("chaos trigger evaluation failed")
+            return  # the common case, once per write to a watcher: no trigger to evaluate
+        for type_, event, use_prev in items:
+            try:
+                self._observe("delivered", w.identity, event.kind, type_, event.object_for(use_prev=use_prev),
+                              event.prev, event.rv)
+            except Exception:  # chaos must never break a watch stream
+                log.exception("chaos trigger evaluation failed")
 
     def on_write(self, kind: Kind, type_: EventType, obj: Obj, prev: Obj | None, rv: int) -> None:
         """Store subscription: every write, in revision order."""

@@ -53,8 +53,8 @@ class Engine(Protocol):
         """Append a fault record to the history."""
         ...
 
-    def on_delivered(self, w: Watcher, item: Item) -> None:
-        """A watcher's item was handed to its connection (triggers)."""
+    def on_delivered(self, w: Watcher, items: Sequence[Item]) -> None:
+        """A watcher's items were handed to its connection, in order (triggers)."""
         ...
 
 
@@ -146,8 +146,7 @@ class WatchChaos:
         def delivered(watcher: Watcher, items: Sequence[Item]) -> None:
             if inner is not None:
                 inner(watcher, items)
-            for item in items:
-                self.engine.on_delivered(watcher, item)
+            self.engine.on_delivered(watcher, items)
 
         w.on_deliver = delivered
         self.refresh_bookmarks(w)

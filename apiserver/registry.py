@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import random
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -191,7 +190,7 @@ class Registry:
             md["namespace"] = ns
         else:
             md.pop("namespace", None)
-        md["uid"] = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+        md["uid"] = random_uuid(self.rng)
         md["creationTimestamp"] = format_time(self.clock.now())
         if "spec" in obj or kind.kind in ("Deployment", "ReplicaSet", "DaemonSet", "Pod"):
             md["generation"] = 1
@@ -572,6 +571,14 @@ _MICRO_TIMES: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
 _TIMES: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
     "Event": (("firstTimestamp",), ("lastTimestamp",)),
 }
+
+
+def random_uuid(rng: random.Random) -> str:
+    """A version-4 UUID string drawn from `rng` (the text of `uuid.UUID(int=..., version=4)`, built directly)."""
+    bits = (rng.getrandbits(128) & ~(0xC000 << 48)) | (0x8000 << 48)  # the RFC 4122 variant
+    bits = (bits & ~(0xF000 << 64)) | (4 << 76)  # version 4
+    h = f"{bits:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _time_causes(kind: Kind, obj: Obj) -> list[Any]:

@@ -28,7 +28,7 @@ from typing import Any, Final, Protocol
 import orjson
 import structlog
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from apiserver import errors
@@ -38,6 +38,7 @@ from apiserver.serving import (
     HUB,
     MAX_BODY,
     REGISTRY,
+    RESOURCE,
     RESPONSE_RV,
     VERB,
     Api,
@@ -51,6 +52,7 @@ from apiserver.watching import Item, Watcher, WatchHub, WatchSettings
 from services.certs import server_context
 from services.clock import ClusterClock, component_rng
 from services.kinds import Kind, Obj, key_of
+from services.metrics import RequestStats
 
 OPEN_PATHS: Final = frozenset({"/healthz", "/livez", "/readyz"})
 log = structlog.get_logger("apiserver")
@@ -92,8 +94,8 @@ class Metrics:
     """The apiserver's Prometheus metrics."""
 
     registry: CollectorRegistry
-    requests: Counter
-    latency: Histogram
+    requests: RequestStats
+    """`apiserver_request_total` and `apiserver_request_duration_seconds` (observed on every request)."""
     watchers: Gauge
     objects: Gauge
 
@@ -101,13 +103,12 @@ class Metrics:
     def create(cls) -> Metrics:
         """Fresh metrics on their own registry."""
         reg = CollectorRegistry()
+        requests = RequestStats(requests="apiserver_request", latency="apiserver_request_duration_seconds",
+                                buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5))
+        reg.register(requests)
         return cls(
             registry=reg,
-            requests=Counter("apiserver_request_total", "Requests by verb, resource and code",
-                             ["verb", "resource", "code"], registry=reg),
-            latency=Histogram("apiserver_request_duration_seconds", "Request latency (wall seconds)",
-                              ["verb"], registry=reg,
-                              buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5)),
+            requests=requests,
             watchers=Gauge("apiserver_registered_watchers", "Live watch streams", registry=reg),
             objects=Gauge("apiserver_storage_revision", "Current store revision", registry=reg),
         )
@@ -179,14 +180,12 @@ def build_app(settings: ServerSettings) -> web.Application:
     if settings.history_deliveries:
         hub.on_deliver = record_delivery
 
-    request_counters: dict[tuple[str, str, int], Any] = {}
-    latency_by_verb: dict[str, Any] = {}
+    observe = metrics.requests.observe
 
     @web.middleware
     async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
         started = loop.time()
-        verb = request.method
         who: tuple[str, str] | None = None
         try:
             if token is not None and request.path not in OPEN_PATHS:
@@ -213,26 +212,24 @@ def build_app(settings: ServerSettings) -> web.Application:
         except (asyncio.CancelledError, ConnectionResetError):
             raise
         except Exception as exc:
-            log.exception("unhandled error", path=request.path, method=verb, client=identity(request))
+            log.exception("unhandled error", path=request.path, method=request.method, client=identity(request))
             resp = render_status(request, errors.internal(type(exc).__name__))
         elapsed = loop.time() - started
-        tail = request.match_info.get("tail")
-        resource = tail.split("/", 3)[0] if tail else request.path
-        counter = request_counters.get((verb, resource, resp.status))
-        if counter is None:
-            counter = metrics.requests.labels(verb, resource, str(resp.status))
-            request_counters[(verb, resource, resp.status)] = counter
-        counter.inc()
-        hist = latency_by_verb.get(verb)
-        if hist is None:
-            hist = latency_by_verb[verb] = metrics.latency.labels(verb)
-        hist.observe(elapsed)
-        if tail is not None or request.path.startswith("/chaos"):
-            component, instance = who if who is not None else identity(request)
-            verb_name = request.get(VERB) or _verb(request)
-            history.append("request", component=component, instance=instance, verb=verb_name,
-                           path=request.path, key=tail or "", rv=request.get(RESPONSE_RV), code=resp.status,
-                           latency=round(elapsed, 6))
+        verb = request.get(VERB)  # set once a resource path was resolved
+        if verb is not None:
+            observe(verb=verb, resource=request.get(RESOURCE, ""), code=resp.status, seconds=elapsed)
+        else:
+            # Labelled by route, never by raw path: unknown paths must not grow the series.
+            route = request.match_info.route.resource
+            observe(verb=request.method, resource=route.canonical if route is not None else "unmatched",
+                    code=resp.status, seconds=elapsed)
+            if not (request.path.startswith("/chaos") or "tail" in request.match_info):
+                return resp
+            verb = _verb(request)
+        component, instance = who if who is not None else identity(request)
+        history.append("request", component=component, instance=instance, verb=verb, path=request.path,
+                       key=request.match_info.get("tail", ""), rv=request.get(RESPONSE_RV), code=resp.status,
+                       latency=round(elapsed, 6))
         return resp
 
     app = web.Application(middlewares=[guard], client_max_size=MAX_BODY + 1024)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -48,9 +49,11 @@ PATCH_TYPES: Final = {
 _TRUE: Final = frozenset({"true", "1", "yes", "t", "y"})
 
 RESPONSE_RV: Final = web.RequestKey("kubemesh_rv", str)
+"""The resourceVersion of the object a response carries (recorded in the history)."""
 VERB: Final = web.RequestKey("kubemesh_verb", str)
 """The request's Kubernetes verb, once the resource handler has worked it out (the history reads it)."""
-"""The resourceVersion of the object a response carries (recorded in the history)."""
+RESOURCE: Final = web.RequestKey("kubemesh_resource", str)
+"""The resource (plural) a request on a resource path names, once resolved (the metrics read it)."""
 REGISTRY: Final = web.AppKey("registry", Registry)
 HUB: Final = web.AppKey("hub", WatchHub)
 
@@ -93,7 +96,11 @@ def render(request: web.Request, body: Any, *, status: int = 200, warnings: list
         md = body.get("metadata")
         if isinstance(md, dict) and "resourceVersion" in md:
             request[RESPONSE_RV] = str(md["resourceVersion"])
-    resp = web.Response(body=codec.encode(body, enc), status=status, content_type=codec.content_type(enc))
+    return _response(codec.encode(body, enc), enc, status=status, warnings=warnings)
+
+
+def _response(body: bytes, enc: Encoding, *, status: int, warnings: list[str] | None) -> web.Response:
+    resp = web.Response(body=body, status=status, content_type=codec.content_type(enc))
     if warnings:
         for w in warnings[:20]:
             resp.headers.add("Warning", f'299 - "{w}"')
@@ -166,8 +173,14 @@ def _reject_duplicate_fields(raw: bytes) -> None:
     json.loads(raw, object_pairs_hook=check)
 
 
+@functools.lru_cache(maxsize=16_384)
 def parse_target(group: str, version: str, tail: str) -> Target:
-    """Resolve `[namespaces/<ns>/]<plural>[/<name>[/<sub>]]` within a group version."""
+    """Resolve `[namespaces/<ns>/]<plural>[/<name>[/<sub>]]` within a group version.
+
+    A pure function of the path (the served kinds are fixed), so it is memoised: components
+    write the same few thousand object paths over and over. Paths that raise (unknown
+    resources) are not cached, and the cache is bounded.
+    """
     segs = [s for s in tail.split("/") if s]
     watch = False
     if segs and segs[0] == "watch":
@@ -212,8 +225,13 @@ def selectors(request: web.Request, kind: Kind) -> tuple[LabelSelector | None, F
     return labels, fields
 
 
+_DEFAULT_WRITE_OPTIONS: Final = WriteOptions()
+
+
 def write_options(request: web.Request) -> WriteOptions:
     """dryRun, fieldValidation, fieldManager and force from the query."""
+    if not request.query_string:
+        return _DEFAULT_WRITE_OPTIONS  # most writes of components carry no query at all
     q = request.query
     fv = q.get("fieldValidation", "")
     if fv and fv not in ("Strict", "Warn", "Ignore"):
@@ -362,6 +380,7 @@ class Api:
         method = request.method
         verb = _verb_of(method, target, request)
         request[VERB] = "create" if method == "POST" else verb  # POST on a subresource creates too
+        request[RESOURCE] = target.kind.plural if target.sub is None else f"{target.kind.plural}/{target.sub}"
         if target.sub is None and verb not in target.kind.verbs:
             raise errors.method_not_allowed(f"{verb} is not supported on {target.kind.resource}")
         if target.name is None:
@@ -485,12 +504,28 @@ class Api:
             await resp.write_eof()
         return resp
 
+    def render_written(self, request: web.Request, obj: Obj, *, status: int = 200,
+                       warnings: list[str] | None = None) -> web.Response:
+        """The response to a write: the object it stored, in the very bytes its watchers get.
+
+        Right after a write that changed something, `obj` is the object of the hub's latest
+        event (no await comes in between), so the object is serialised once per encoding for
+        the response and every watch frame together. A no-op update, a dry run or a delete
+        that only marked the object returns another dict and is encoded on its own.
+        """
+        event = self.hub.last_event
+        if event is None or event.obj is not obj:
+            return render(request, obj, status=status, warnings=warnings)
+        enc = response_encoding(request)
+        request[RESPONSE_RV] = str(event.rv)
+        return _response(event.body(enc), enc, status=status, warnings=warnings)
+
     async def create(self, request: web.Request, t: Target) -> web.Response:
         """POST a new object."""
         body, _ = await read_body(request)
         warnings: list[str] = []
         obj = self.registry.create(t.kind, t.namespace, body, write_options(request), warnings=warnings)
-        return render(request, obj, status=201, warnings=warnings)
+        return self.render_written(request, obj, status=201, warnings=warnings)
 
     async def create_binding(self, request: web.Request, t: Target) -> web.Response:
         """POST /namespaces/{ns}/bindings (the older form of pods/binding)."""
@@ -508,7 +543,7 @@ class Api:
         warnings: list[str] = []
         obj = self.registry.update(t.kind, t.namespace, t.name, body, write_options(request), subresource=sub,
                                    warnings=warnings)
-        return render(request, obj, warnings=warnings)
+        return self.render_written(request, obj, warnings=warnings)
 
     async def patch(self, request: web.Request, t: Target, *, sub: str | None = None) -> web.Response:
         """PATCH with merge, strategic merge, JSON patch or server-side apply."""
@@ -523,7 +558,7 @@ class Api:
         warnings: list[str] = []
         obj, created = self.registry.patch(t.kind, t.namespace, t.name, body, patch_type, write_options(request),
                                            subresource=sub, warnings=warnings)
-        return render(request, obj, status=201 if created else 200, warnings=warnings)
+        return self.render_written(request, obj, status=201 if created else 200, warnings=warnings)
 
     async def delete(self, request: web.Request, t: Target) -> web.Response:
         """DELETE one object (graceful for bound pods)."""
@@ -531,7 +566,7 @@ class Api:
         body, _ = await read_body(request)
         opts = DeleteOptions.from_obj(body, dict(request.query))
         obj = self.registry.delete(t.kind, t.namespace, t.name, opts)
-        return render(request, obj)
+        return self.render_written(request, obj)
 
     async def delete_collection(self, request: web.Request, t: Target) -> web.Response:
         """DELETE on a collection."""

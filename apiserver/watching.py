@@ -110,18 +110,22 @@ class Event:
             return plain
         return self._build(type_, encoding, use_prev=use_prev)
 
-    def _build(self, type_: str, encoding: Encoding, *, use_prev: bool) -> bytes:
-        fkey = (type_, use_prev, encoding)
-        cached = self._frames.get(fkey)
-        if cached is not None:
-            return cached
+    def body(self, encoding: Encoding, *, use_prev: bool = False) -> bytes:
+        """The object (as `object_for` gives it) serialised in an encoding, once."""
         bkey = (use_prev, encoding)
         body = self._bytes.get(bkey)
         if body is None:
             obj = self.object_for(use_prev=use_prev)
             body = msgpack.packb(obj, use_bin_type=True) if encoding == "msgpack" else orjson.dumps(obj)
             self._bytes[bkey] = body
-        frame = encode_frame(type_, body, encoding)
+        return body
+
+    def _build(self, type_: str, encoding: Encoding, *, use_prev: bool) -> bytes:
+        fkey = (type_, use_prev, encoding)
+        cached = self._frames.get(fkey)
+        if cached is not None:
+            return cached
+        frame = encode_frame(type_, self.body(encoding, use_prev=use_prev), encoding)
         self._frames[fkey] = frame
         return frame
 
@@ -486,6 +490,8 @@ class WatchHub:
         """Called for every new watcher before it is offered anything live (chaos attaches taps)."""
         self.on_deliver: Deliver | None = None
         self.flusher = Flusher(interval=self.settings.flush_interval)
+        self.last_event: Event | None = None
+        """The event of the latest write: the write's response reuses its encoded object."""
         store.subscribe(self.publish)
 
     @property
@@ -498,6 +504,7 @@ class WatchHub:
     def publish(self, kind: Kind, type_: EventType, obj: Obj, prev: Obj | None, rv: int) -> None:
         """Record a write in the kind's window and offer it to the watchers that may match."""
         event = Event(type=type_, kind=kind, obj=obj, prev=prev, rv=rv)
+        self.last_event = event
         window = self.windows[kind]
         window.append(event)
         if len(window) > self.settings.window:

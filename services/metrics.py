@@ -13,6 +13,8 @@ Work queues are exported with client-go's metric names (`workqueue_depth`,
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -25,7 +27,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from services.queueing import QueueStats
@@ -65,6 +67,50 @@ class _QueueCollector:
             adds.add_metric([name], s.adds)
             retries.add_metric([name], s.retries)
         yield from (depth, processing, waiting, adds, retries)
+
+
+class RequestStats:
+    """Request counts and latencies kept as plain numbers, exported at scrape time.
+
+    A server observes every request: with prometheus_client's labelled `Counter` and
+    `Histogram` that is two locked updates and a Python walk over the buckets each time.
+    Here an observation is two dict updates and a `bisect` (a single-threaded asyncio
+    process needs no lock); `collect` turns the numbers into the same two series a
+    `Counter` (`<requests>_total`, labelled verb, resource, code) and a `Histogram`
+    (`<latency>`, labelled verb) would export.
+    """
+
+    def __init__(self, *, requests: str, latency: str, buckets: Sequence[float]) -> None:
+        self.requests_name = requests
+        self.latency_name = latency
+        self.bounds = tuple(sorted(buckets))
+        self.counts: dict[tuple[str, str, int], int] = {}
+        # per verb: a count per bucket (the last one is +Inf, not cumulative yet) and the sum
+        self.latencies: dict[str, tuple[list[int], list[float]]] = {}
+
+    def observe(self, *, verb: str, resource: str, code: int, seconds: float) -> None:
+        """Count one request and its latency."""
+        key = (verb, resource, code)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        entry = self.latencies.get(verb)
+        if entry is None:
+            entry = self.latencies[verb] = ([0] * (len(self.bounds) + 1), [0.0])
+        entry[0][bisect.bisect_left(self.bounds, seconds)] += 1
+        entry[1][0] += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        """The two metric families (prometheus_client's custom collector protocol)."""
+        total = CounterMetricFamily(self.requests_name, "Requests by verb, resource and code",
+                                    labels=["verb", "resource", "code"])
+        for (verb, resource, code), n in sorted(self.counts.items()):
+            total.add_metric([verb, resource, str(code)], n)
+        hist = HistogramMetricFamily(self.latency_name, "Request latency (wall seconds)", labels=["verb"])
+        for verb, (per_bucket, sums) in sorted(self.latencies.items()):
+            cumulative = list(itertools.accumulate(per_bucket))
+            buckets = [(repr(float(b)), c) for b, c in zip(self.bounds, cumulative, strict=False)]
+            buckets.append(("+Inf", cumulative[-1]))
+            hist.add_metric([verb], buckets, sums[0])
+        yield from (total, hist)
 
 
 class Metrics:
