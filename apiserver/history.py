@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any, Final
 
 from services.clock import Clock
@@ -40,21 +39,25 @@ WRITER: Final[ContextVar[tuple[str, str]]] = ContextVar("kubemesh_writer", defau
 """The (component, instance) whose request is being served: attributes store writes to it."""
 
 
-@dataclass(frozen=True, slots=True)
 class _Deliveries:
     """The deliveries of one watch write: records `first` .. `first + len(seen) - 1`.
 
     Deliveries are most of the history (one per event per watcher), so they are kept one entry
     per write, holding references to shared `Seen` tuples: no object per delivery, and dicts
-    only for the records someone reads.
+    only for the records someone reads. (A plain slotted class: one is built per watch write,
+    and a frozen dataclass's constructor costs several times more.)
     """
 
-    first: int
-    time: float
-    component: str
-    instance: str
-    watch: int
-    seen: tuple[Seen, ...]
+    __slots__ = ("component", "first", "instance", "seen", "time", "watch")
+
+    def __init__(self, first: int, time: float, component: str, instance: str, watch: int,
+                 seen: list[Seen]) -> None:
+        self.first = first
+        self.time = time
+        self.component = component
+        self.instance = instance
+        self.watch = watch
+        self.seen = seen
 
     def record(self, i: int) -> Record:
         resource, event, key, rv = self.seen[i]
@@ -124,11 +127,11 @@ class History:
         self._changed.set()
         return rec
 
-    def deliveries(self, *, component: str, instance: str, watch: int, seen: Sequence[Seen]) -> None:
-        """Record the deliveries of one watch write, now, in order."""
+    def deliveries(self, *, component: str, instance: str, watch: int, seen: list[Seen]) -> None:
+        """Record the deliveries of one watch write, now, in order (the list is taken over, not copied)."""
         if not seen:
             return
-        entry = _Deliveries(self._next, self.clock.now(), component, instance, watch, tuple(seen))
+        entry = _Deliveries(self._next, self.clock.now(), component, instance, watch, seen)
         self._next += len(entry.seen)
         self._keep(entry, len(entry.seen))
         if self._subscribers:

@@ -174,7 +174,8 @@ def build_app(settings: ServerSettings) -> web.Application:
     def record_delivery(w: Watcher, items: Sequence[Item]) -> None:
         component, instance = w.identity
         history.deliveries(component=component, instance=instance, watch=w.id,
-                           seen=[event.seen_as(type_) for type_, event, _ in items])
+                           seen=[event.seen if type_ == event.type else event.seen_as(type_)
+                                 for type_, event, _ in items])
 
     store.subscribe(record_write)
     if settings.history_deliveries:

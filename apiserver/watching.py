@@ -67,30 +67,32 @@ class Event:
     _bytes: dict[tuple[bool, Encoding], bytes] = field(default_factory=dict)
     _frames: dict[tuple[str, bool, Encoding], bytes] = field(default_factory=dict)
     _plain: dict[Encoding, bytes] = field(default_factory=dict)
-    _seen: Seen | None = None
     _as_deleted: Obj | None = None
     namespace: str = ""
     """The object's namespace (computed once: every watcher's namespace check reads it)."""
     key: str = ""
     """The object's `namespace/name` key (computed once; history records it per delivery)."""
+    seen: Seen = field(init=False)
+    """What the history records of a delivery of this event as it is (shared by every such delivery)."""
+    item: Item = field(init=False)
+    """The queue item of this event as it is, `(type, event, False)`: one tuple shared by
+    every watcher that is offered it unchanged (not a selector transition)."""
 
     def __post_init__(self) -> None:
         md = self.obj.get("metadata") or {}
         self.namespace = str(md.get("namespace") or "")
         name = str(md.get("name") or "")
         self.key = f"{self.namespace}/{name}" if self.namespace else name
+        self.seen = (self.kind.plural, self.type, self.key, self.rv)
+        self.item = (self.type, self, False)
 
     def seen_as(self, type_: str) -> Seen:
         """What the history records of a delivery of this event seen as `type_`.
 
-        Built once and shared by every watcher that saw the event as it is (the others are
-        selector transitions).
+        Shared by every watcher that saw the event as it is (the others are selector
+        transitions, recorded as the type they were seen as).
         """
-        if type_ != self.type:
-            return (self.kind.plural, type_, self.key, self.rv)
-        if self._seen is None:
-            self._seen = (self.kind.plural, self.type, self.key, self.rv)
-        return self._seen
+        return self.seen if type_ == self.type else (self.kind.plural, type_, self.key, self.rv)
 
     def object_for(self, *, use_prev: bool) -> Obj:
         """The object a frame carries: the new state, or the previous state re-stamped."""
@@ -297,7 +299,7 @@ class Watcher:
             return  # an object never changes namespace: no transition to consider
         item: Item
         if self.labels is None and self.fields is None:
-            item = (event.type, event, False)
+            item = event.item
         elif event.type == "MODIFIED" and event.prev is not None:
             now_in = self.matches(event.obj)
             was_in = self.matches(event.prev)
@@ -403,14 +405,23 @@ class Watcher:
     def _take(self, n: int) -> bytes:
         """Pop `n` queued items and return their frames as one chunk (deliveries reported)."""
         queue = self.queue
-        items = [queue.popleft() for _ in range(n)]
-        self.delivered += n
+        if n >= len(queue):  # the flusher takes everything: no per-item pop
+            items = list(queue)
+            queue.clear()
+        else:
+            items = [queue.popleft() for _ in range(n)]
+        self.delivered += len(items)
         if self.on_deliver is not None:
             self.on_deliver(self, items)
         if self.table:
             return b"".join([self._frame(item) for item in items])
         enc = self.encoding
-        return b"".join([event.frame(type_, enc, use_prev=use_prev) for type_, event, use_prev in items])
+        frames: list[bytes] = []
+        for type_, event, use_prev in items:
+            # The common case is the event as it is, whose frame is cached per encoding.
+            frame = event._plain.get(enc) if type_ == event.type and not use_prev else None
+            frames.append(frame if frame is not None else event.frame(type_, enc, use_prev=use_prev))
+        return b"".join(frames)
 
     def flush(self) -> None:
         """The direct path: write the whole backlog now (called by the flusher)."""
