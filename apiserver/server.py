@@ -171,11 +171,18 @@ def build_app(settings: ServerSettings) -> web.Application:
         history.append("write", component=component, instance=instance, resource=kind.plural, event=event,
                        key=key_of(obj), rv=rv)
 
+    # Watchers flushed together mostly deliver the very same items: their `Seen` list is built
+    # once and shared by their history entries (nobody mutates a recorded list).
+    last_seen: list[Any] = [None, None]  # [items, seen]
+
     def record_delivery(w: Watcher, items: Sequence[Item]) -> None:
         component, instance = w.identity
-        history.deliveries(component=component, instance=instance, watch=w.id,
-                           seen=[event.seen if type_ == event.type else event.seen_as(type_)
-                                 for type_, event, _ in items])
+        if items == last_seen[0]:
+            seen = last_seen[1]
+        else:
+            seen = [event.seen if type_ == event.type else event.seen_as(type_) for type_, event, _ in items]
+            last_seen[0], last_seen[1] = items, seen
+        history.deliveries(component=component, instance=instance, watch=w.id, seen=seen)
 
     store.subscribe(record_write)
     if settings.history_deliveries:

@@ -200,6 +200,37 @@ class Sink(Protocol):
         ...
 
 
+class ChunkMemo:
+    """The last chunk built from a list of items, for the next watcher with the same backlog.
+
+    Watchers flushed in one pass mostly hold the very same items (the shared `Event.item`
+    tuples, in the same order): their chunk is built once. Items compare by identity first,
+    so checking a backlog against the last one is a C-level walk, and a watcher whose items
+    differ anywhere (a selector transition, another kind) gets its own chunk.
+    """
+
+    __slots__ = ("chunk", "encoding", "items")
+
+    def __init__(self) -> None:
+        self.items: list[Item] = []
+        self.encoding = ""
+        self.chunk = b""
+
+    def get(self, items: list[Item], encoding: str) -> bytes | None:
+        """The chunk of exactly these items in this encoding, if it was the last one built."""
+        if encoding == self.encoding and items == self.items:
+            return self.chunk
+        return None
+
+    def put(self, items: list[Item], encoding: str, chunk: bytes) -> None:
+        """Remember a chunk (replacing the previous one)."""
+        self.items, self.encoding, self.chunk = items, encoding, chunk
+
+    def clear(self) -> None:
+        """Let go of the last items (a flush is over: their events need not stay alive)."""
+        self.items, self.encoding, self.chunk = [], "", b""
+
+
 class Flusher:
     """Coalesces the direct writes of every watcher of a hub.
 
@@ -211,6 +242,7 @@ class Flusher:
 
     def __init__(self, *, interval: float) -> None:
         self.interval = interval
+        self.memo = ChunkMemo()
         self._dirty: dict[Watcher, None] = {}
         self._handle: asyncio.Handle | asyncio.TimerHandle | None = None
         self._last = float("-inf")
@@ -230,6 +262,12 @@ class Flusher:
         self._last = asyncio.get_running_loop().time()
         self.flushes += 1
         dirty, self._dirty = self._dirty, {}
+        try:
+            self._flush_each(dirty)
+        finally:
+            self.memo.clear()
+
+    def _flush_each(self, dirty: dict[Watcher, None]) -> None:
         for w in dirty:
             try:
                 w.flush()
@@ -315,23 +353,13 @@ class Watcher:
             item = (event.type, event, False)
         else:
             return
-        # This runs for every event and every watcher of its kind: keep it flat.
+        # This runs for every event and every watcher of its kind: keep it flat (`inject`
+        # inlined: the watcher is known open here).
         for tap in self.taps:
             if tap(self, item):
                 return
-        self.inject(item)
-
-    def inject(self, item: Item) -> None:
-        """Queue an item past the taps (chaos releasing what it held)."""
-        if self.closed:
-            return
         if len(self.queue) >= self.settings.max_queue:
-            # A watcher that cannot keep up is cut off, as the real watch cache does; the
-            # client resumes from the last revision it received. Its connection is aborted:
-            # a client that stopped reading would otherwise hold the stream's task forever.
-            self.close("watcher too slow: its queue is full")
-            if self.sink is not None:
-                self.sink.abort()
+            self._cut_off()
             return
         self.queue.append(item)
         if self.direct:
@@ -339,6 +367,28 @@ class Watcher:
             self._flusher.mark(self)
         else:
             self._wake.set()
+
+    def inject(self, item: Item) -> None:
+        """Queue an item past the taps (chaos releasing what it held)."""
+        if self.closed:
+            return
+        if len(self.queue) >= self.settings.max_queue:
+            self._cut_off()
+            return
+        self.queue.append(item)
+        if self.direct:
+            assert self._flusher is not None
+            self._flusher.mark(self)
+        else:
+            self._wake.set()
+
+    def _cut_off(self) -> None:
+        # A watcher that cannot keep up is cut off, as the real watch cache does; the client
+        # resumes from the last revision it received. Its connection is aborted: a client
+        # that stopped reading would otherwise hold the stream's task forever.
+        self.close("watcher too slow: its queue is full")
+        if self.sink is not None:
+            self.sink.abort()
 
     def add_initial(self, frame: bytes) -> None:
         """Queue a frame of the initial state (not counted against the queue bound)."""
@@ -402,8 +452,11 @@ class Watcher:
         obj = {"kind": self.kind.kind, "apiVersion": self.kind.api_version, "metadata": md}
         return encode_event("BOOKMARK", obj, self.encoding)
 
-    def _take(self, n: int) -> bytes:
-        """Pop `n` queued items and return their frames as one chunk (deliveries reported)."""
+    def _take(self, n: int, *, in_flush: bool = False) -> bytes:
+        """Pop `n` queued items and return their frames as one chunk (deliveries reported).
+
+        `in_flush`: called by the flusher, whose memo may already hold this very chunk.
+        """
         queue = self.queue
         if n >= len(queue):  # the flusher takes everything: no per-item pop
             items = list(queue)
@@ -416,18 +469,26 @@ class Watcher:
         if self.table:
             return b"".join([self._frame(item) for item in items])
         enc = self.encoding
+        memo = self._flusher.memo if in_flush and self._flusher is not None else None
+        if memo is not None:
+            chunk = memo.get(items, enc)
+            if chunk is not None:
+                return chunk
         frames: list[bytes] = []
         for type_, event, use_prev in items:
             # The common case is the event as it is, whose frame is cached per encoding.
             frame = event._plain.get(enc) if type_ == event.type and not use_prev else None
             frames.append(frame if frame is not None else event.frame(type_, enc, use_prev=use_prev))
-        return b"".join(frames)
+        chunk = b"".join(frames)
+        if memo is not None:
+            memo.put(items, enc, chunk)
+        return chunk
 
     def flush(self) -> None:
         """The direct path: write the whole backlog now (called by the flusher)."""
         if not self.direct or self.closed or not self.queue or self.sink is None:
             return
-        if not self.sink.write(self._take(len(self.queue))):
+        if not self.sink.write(self._take(len(self.queue), in_flush=True)):
             # Gone, or its buffer is full: the stream's task takes over and awaits the drain.
             self.direct = False
             self._wake.set()

@@ -19,6 +19,7 @@ from apiserver.storage import Store
 from apiserver.watching import Watcher, WatchHub, WatchSettings
 from services.clock import ManualClock
 from services.kinds import PODS, Obj
+from services.selectors import parse_label_selector
 
 if TYPE_CHECKING:
     from conftest import StartApiServer
@@ -342,3 +343,39 @@ async def test_a_timed_out_watch_leaves_its_connection_clean_for_the_next_reques
         first = await reader.readuntil(b"\r\n")
     assert first.startswith(b"HTTP/1.1 200"), first
     writer.close()
+
+
+async def test_watchers_flushed_together_share_a_chunk_only_when_their_items_are_the_same() -> None:
+    """The flusher builds one chunk per distinct backlog: a selector transition gets its own."""
+    reg, hub = make()
+    plain_a = hub.watch(PODS, namespace=None, labels=None, fields=None, resource_version=str(reg.store.revision),
+                        send_initial_events=False, encoding="json", table=False, bookmarks=False,
+                        identity=("t", "a"))
+    plain_b = hub.watch(PODS, namespace=None, labels=None, fields=None, resource_version=str(reg.store.revision),
+                        send_initial_events=False, encoding="json", table=False, bookmarks=False,
+                        identity=("t", "b"))
+    selected = hub.watch(PODS, namespace=None, labels=parse_label_selector("app=web"), fields=None,
+                         resource_version=str(reg.store.revision), send_initial_events=False, encoding="json",
+                         table=False, bookmarks=False, identity=("t", "s"))
+    logs: dict[str, list[bytes]] = {}
+    tasks = []
+    for name, w in (("a", plain_a), ("b", plain_b), ("s", selected)):
+        logs[name] = []
+        w.sink = FakeSink(logs[name])
+        tasks.append(await start(w, logs[name]))
+    first = reg.create(PODS, "default", {**pod("p"), "metadata": {"name": "p", "labels": {"app": "web"}}}, OPTS)
+    await settle()
+    moved = {**first, "metadata": {**first["metadata"], "labels": {"app": "db"}}}
+    reg.update(PODS, "default", "p", moved, OPTS)  # leaves the selector: DELETED for `selected` only
+    await settle()
+
+    def types(log: list[bytes]) -> list[str]:
+        return [orjson.loads(line)["type"] for chunk in log for line in chunk.splitlines() if line]
+
+    assert types(logs["a"]) == types(logs["b"]) == ["ADDED", "MODIFIED"]
+    assert types(logs["s"]) == ["ADDED", "DELETED"]
+    assert logs["a"] == logs["b"]
+    for task in tasks:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
