@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import hmac
 import random
 import signal
@@ -51,6 +50,7 @@ from apiserver.storage import Backend, LogBackend, MemoryBackend, Store
 from apiserver.watching import Item, Watcher, WatchHub, WatchSettings
 from services.certs import server_context
 from services.clock import ClusterClock, component_rng
+from services.gctuning import GcSettings, SurvivorFreezer
 from services.kinds import Kind, Obj, key_of
 from services.metrics import RequestStats
 
@@ -87,6 +87,8 @@ class ServerSettings:
     """Serve the chaos front door (tests that install it with their own clock turn this off)."""
     chaos_forward_timeout: float = 5.0
     """Wall seconds a fault forwarded to a kubelet or component may take before its outcome is `info`."""
+    gc: GcSettings = field(default_factory=GcSettings)
+    """How the process keeps the cyclic collector's pauses short (services/gctuning.py)."""
 
 
 @dataclass(slots=True)
@@ -380,13 +382,11 @@ async def serve(settings: ServerSettings, *, stop: asyncio.Event | None = None) 
     site = web.TCPSite(runner, settings.host, settings.port, backlog=4096, reuse_address=True,
                        ssl_context=ssl_context)
     await site.start()
-    # What start-up built (routes, discovery and OpenAPI documents, the schema) lives for the
-    # whole process: freeze it out of every collection. Stored objects are acyclic trees that
-    # reference counting frees; a larger young-generation threshold makes the cyclic
-    # collector run rarely over the request churn (it was ~13% of CPU under write load).
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
+    # What start-up built lives for the whole process, and stored objects are acyclic trees
+    # that reference counting frees: survivors are frozen out of the cyclic collector's walks,
+    # which kept its pauses out of the watch latency tail (services/gctuning.py).
+    freezer = SurvivorFreezer(settings=settings.gc)
+    freezer.start()
     log.info("apiserver listening", host=settings.host, port=settings.port, data_dir=settings.data_dir,
              clock_rate=settings.clock_rate, auth=settings.token is not None, tls=ssl_context is not None)
     stop = stop or asyncio.Event()
@@ -398,4 +398,5 @@ async def serve(settings: ServerSettings, *, stop: asyncio.Event | None = None) 
         await stop.wait()
     finally:
         log.info("apiserver stopping")
+        freezer.stop()
         await runner.cleanup()

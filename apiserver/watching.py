@@ -74,9 +74,6 @@ class Event:
     """The object's `namespace/name` key (computed once; history records it per delivery)."""
     seen: Seen = field(init=False)
     """What the history records of a delivery of this event as it is (shared by every such delivery)."""
-    item: Item = field(init=False)
-    """The queue item of this event as it is, `(type, event, False)`: one tuple shared by
-    every watcher that is offered it unchanged (not a selector transition)."""
 
     def __post_init__(self) -> None:
         md = self.obj.get("metadata") or {}
@@ -84,7 +81,6 @@ class Event:
         name = str(md.get("name") or "")
         self.key = f"{self.namespace}/{name}" if self.namespace else name
         self.seen = (self.kind.plural, self.type, self.key, self.rv)
-        self.item = (self.type, self, False)
 
     def seen_as(self, type_: str) -> Seen:
         """What the history records of a delivery of this event seen as `type_`.
@@ -203,10 +199,11 @@ class Sink(Protocol):
 class ChunkMemo:
     """The last chunk built from a list of items, for the next watcher with the same backlog.
 
-    Watchers flushed in one pass mostly hold the very same items (the shared `Event.item`
-    tuples, in the same order): their chunk is built once. Items compare by identity first,
-    so checking a backlog against the last one is a C-level walk, and a watcher whose items
-    differ anywhere (a selector transition, another kind) gets its own chunk.
+    Watchers flushed in one pass mostly hold the very same items (`publish` shares one item
+    tuple between every watcher offered an event as it is), in the same order: their chunk
+    is built once. Items compare by identity first, so checking a backlog against the last
+    one is a C-level walk, and a watcher whose items differ anywhere (a selector
+    transition, another kind) gets its own chunk.
     """
 
     __slots__ = ("chunk", "encoding", "items")
@@ -329,15 +326,20 @@ class Watcher:
             return False
         return self.fields is None or self.fields.matches(obj)
 
-    def offer(self, event: Event) -> None:
-        """Queue an event as this watcher sees it (synchronously, in revision order)."""
+    def offer(self, event: Event, plain: Item | None = None) -> None:
+        """Queue an event as this watcher sees it (synchronously, in revision order).
+
+        `plain`: the item `(event.type, event, False)`, shared by every watcher that takes the
+        event as it is. (It is not kept on the event: the tuple would make a reference cycle,
+        and every event would become garbage for the cyclic collector.)
+        """
         if self.closed:
             return
         if self.namespace is not None and event.namespace != self.namespace:
             return  # an object never changes namespace: no transition to consider
         item: Item
         if self.labels is None and self.fields is None:
-            item = event.item
+            item = plain if plain is not None else (event.type, event, False)
         elif event.type == "MODIFIED" and event.prev is not None:
             now_in = self.matches(event.obj)
             was_in = self.matches(event.prev)
@@ -581,8 +583,9 @@ class WatchHub:
         window.append(event)
         if len(window) > self.settings.window:
             self.floor[kind] = window.popleft().rv
+        plain: Item = (type_, event, False)
         for w in tuple(self._general[kind]):
-            w.offer(event)
+            w.offer(event, plain)
         if kind is PODS and self._by_node:
             node = _node(obj)
             targets = set(self._by_node.get(node, ()))
@@ -591,7 +594,7 @@ class WatchHub:
                 if old != node:
                     targets.update(self._by_node.get(old, ()))
             for w in targets:
-                w.offer(event)
+                w.offer(event, plain)
 
     def watch(self, kind: Kind, *, namespace: str | None, labels: LabelSelector | None,
               fields: FieldSelector | None, resource_version: str, send_initial_events: bool,

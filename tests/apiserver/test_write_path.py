@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import gc
 import random
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -134,3 +135,55 @@ async def test_request_metrics_are_labelled_by_resource_not_by_path(apiserver: A
     assert "/no/such/path" not in text
     assert 'apiserver_request_duration_seconds_count{verb="create"} 1.0' in text
     assert 'apiserver_request_duration_seconds_bucket{le="+Inf",verb="create"} 1.0' in text
+
+
+class _NullSink:
+    def write(self, data: bytes) -> bool:
+        return True
+
+    async def drain(self) -> None:
+        return None
+
+    def abort(self) -> None:
+        return None
+
+
+async def test_writes_and_their_fan_out_leave_no_cyclic_garbage() -> None:
+    """The garbage-collector policy (services/gctuning.py) relies on this: refcounting frees it all."""
+    from apiserver.registry import DeleteOptions, WriteOptions
+    from apiserver.server import ServerSettings, build_app
+    from apiserver.serving import HUB, REGISTRY
+    from apiserver.watching import WatchSettings
+
+    # A small window, so that events leave it (and would become garbage) during the test.
+    app = build_app(ServerSettings(host="127.0.0.1", port=1, watch=WatchSettings(window=50)))
+    registry, hub = app[REGISTRY], app[HUB]
+    watchers = []
+    for i in range(5):
+        w = hub.watch(PODS, namespace=None, labels=None, fields=None, resource_version="",
+                      send_initial_events=False, encoding="msgpack" if i % 2 else "json", table=False,
+                      bookmarks=False, identity=("test", f"w{i}"))
+        w.sink, w.direct = _NullSink(), True
+        watchers.append(w)
+    opts = WriteOptions()
+
+    def churn(prefix: str) -> None:
+        for i in range(200):
+            created = registry.create(PODS, "default", pod(f"{prefix}{i}"), opts)
+            changed = {**created, "metadata": {**created["metadata"], "labels": {"app": "x"}}}
+            registry.update(PODS, "default", f"{prefix}{i}", changed, opts)
+            if i % 10 == 9:
+                hub.flusher.flush()
+        for i in range(200):
+            registry.delete(PODS, "default", f"{prefix}{i}", DeleteOptions())
+        hub.flusher.flush()
+
+    churn("warm-")  # first-use caches are not garbage
+    gc.collect()
+    gc.disable()
+    try:
+        churn("p-")
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+    assert all(w.delivered == 1200 for w in watchers)
