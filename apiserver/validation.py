@@ -34,6 +34,7 @@ from typing import Any, Final, TypedDict
 
 from services.kinds import Kind, Obj
 from services.selectors import (
+    LabelSelector,
     SelectorError,
     label_selector_from_dict,
     validate_label_key,
@@ -214,7 +215,24 @@ def _forbidden(field: str, detail: str) -> Cause:
     return {"reason": "FieldValueForbidden", "message": f"Forbidden: {detail}", "field": field}
 
 
+def _at(parent: str, key: str) -> str:
+    """The path of field `key` of the object at `parent` ("" for the top level)."""
+    return f"{parent}.{key}" if parent else key
+
+
 _TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_TOLERATION_EFFECTS: Final = ("", *_TAINT_EFFECTS)
+_TOLERATION_OPERATORS: Final = ("Equal", "Exists")
+_PROTOCOLS: Final = ("TCP", "UDP", "SCTP")
+_RESTART_POLICIES: Final = ("Always", "OnFailure", "Never")
+_WORKLOAD_RESTART_POLICIES: Final = ("Always",)
+_DNS_POLICIES: Final = ("ClusterFirstWithHostNet", "ClusterFirst", "Default", "None")
+_POD_PHASES: Final = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+_POD_SPEC_STRINGS: Final = ("nodeName", "schedulerName", "priorityClassName", "serviceAccountName", "hostname")
+# (key, minimum) of the integer fields of a PodSpec, in the order they are checked.
+_POD_SPEC_INTEGERS: Final = (("priority", None), ("terminationGracePeriodSeconds", 0), ("activeDeadlineSeconds", 1))
+_OWNER_REF_STRINGS: Final = ("apiVersion", "kind", "name", "uid")
+_QUANTITY_TYPES: Final = (str, int, float)
 
 
 def _is_int(value: Any) -> bool:
@@ -222,7 +240,22 @@ def _is_int(value: Any) -> bool:
 
 
 class _Checker:
-    """Accumulates causes while walking one object."""
+    """Accumulates causes while walking one object.
+
+    This runs on every write, so the happy path (a valid object) is kept cheap, under two rules:
+
+    * Field paths are built only when a cause is recorded. The accessors take the path of the
+      parent object and the key, and join them (`_at`) only on failure; the items of a list are
+      checked with the list's path (built once per list) and their index, joined (`f"{at}[{i}]"`)
+      only where a cause is added.
+    * The Pod checks (the bulk of the writes) test each value inline against the exact type the
+      JSON and msgpack decoders produce (`type(v) is str`), and call the accessor only when that
+      test fails. An inline test passes only where the accessor would record nothing and return
+      the value unchanged, so both routes record the same causes in the same order; anything
+      else (a wrong type, a missing required field, a subclass) goes through the accessor.
+    """
+
+    __slots__ = ("causes",)
 
     def __init__(self) -> None:
         self.causes: list[Cause] = []
@@ -231,38 +264,38 @@ class _Checker:
         self.causes.append(cause)
 
     # Typed accessors: return the value when it has the type (or is absent: None), else record
-    # a type cause and return None so that the caller skips checks below it.
+    # a type cause (at `_at(parent, key)`) and return None so that the caller skips checks below it.
 
     def map(
-        self, obj: Mapping[str, Any], key: str, field: str, *, required: bool = False
+        self, obj: Mapping[str, Any], key: str, parent: str, *, required: bool = False
     ) -> dict[str, Any] | None:
         value = obj.get(key)
         if value is None:
             if required:
-                self.add(_required(field))
+                self.add(_required(_at(parent, key)))
             return None
         if not isinstance(value, dict):
-            self.add(_type(field, value, "object"))
+            self.add(_type(_at(parent, key), value, "object"))
             return None
         return value
 
-    def list(self, obj: Mapping[str, Any], key: str, field: str) -> list[Any] | None:
+    def list(self, obj: Mapping[str, Any], key: str, parent: str) -> list[Any] | None:
         value = obj.get(key)
         if value is None:
             return None
         if not isinstance(value, list):
-            self.add(_type(field, value, "array"))
+            self.add(_type(_at(parent, key), value, "array"))
             return None
         return value
 
-    def string(self, obj: Mapping[str, Any], key: str, field: str, *, required: bool = False) -> str | None:
+    def string(self, obj: Mapping[str, Any], key: str, parent: str, *, required: bool = False) -> str | None:
         value = obj.get(key)
         if value is None or (required and value == ""):
             if required:
-                self.add(_required(field))
+                self.add(_required(_at(parent, key)))
             return None
         if not isinstance(value, str):
-            self.add(_type(field, value, "string"))
+            self.add(_type(_at(parent, key), value, "string"))
             return None
         return value
 
@@ -270,7 +303,7 @@ class _Checker:
         self,
         obj: Mapping[str, Any],
         key: str,
-        field: str,
+        parent: str,
         *,
         required: bool = False,
         minimum: int | None = None,
@@ -278,196 +311,263 @@ class _Checker:
         value = obj.get(key)
         if value is None:
             if required:
-                self.add(_required(field))
+                self.add(_required(_at(parent, key)))
             return None
         if not _is_int(value):
-            self.add(_type(field, value, "integer"))
+            self.add(_type(_at(parent, key), value, "integer"))
             return None
         if minimum is not None and value < minimum:
-            self.add(_invalid(field, value, f"must be greater than or equal to {minimum}"))
+            self.add(_invalid(_at(parent, key), value, f"must be greater than or equal to {minimum}"))
         return int(value)
 
-    def boolean(self, obj: Mapping[str, Any], key: str, field: str) -> None:
+    def boolean(self, obj: Mapping[str, Any], key: str, parent: str) -> None:
         value = obj.get(key)
         if value is not None and not isinstance(value, bool):
-            self.add(_type(field, value, "boolean"))
+            self.add(_type(_at(parent, key), value, "boolean"))
 
-    def choice(self, obj: Mapping[str, Any], key: str, field: str, supported: tuple[str, ...]) -> None:
-        value = self.string(obj, key, field)
+    def choice(self, obj: Mapping[str, Any], key: str, parent: str, supported: tuple[str, ...]) -> None:
+        value = self.string(obj, key, parent)
         if value is not None and value not in supported:
-            self.add(_unsupported(field, value, supported))
+            self.add(_unsupported(_at(parent, key), value, supported))
 
-    def string_map(self, obj: Mapping[str, Any], key: str, field: str) -> dict[str, Any] | None:
-        value = self.map(obj, key, field)
-        if value is None:
-            return None
+    def string_map(self, obj: Mapping[str, Any], key: str, parent: str) -> dict[str, Any] | None:
+        value = obj.get(key)
+        if type(value) is not dict:
+            value = self.map(obj, key, parent)
+            if value is None:
+                return None
         for k, v in value.items():
             if not isinstance(v, str):
-                self.add(_type(f"{field}[{k}]", v, "string"))
+                self.add(_type(f"{_at(parent, key)}[{k}]", v, "string"))
         return value
 
     # Shared parts.
 
     def metadata(self, obj: Obj) -> None:
-        meta = self.map(obj, "metadata", "metadata")
-        if meta is None:
-            return
-        self.string(meta, "name", "metadata.name")
-        self.string(meta, "generateName", "metadata.generateName")
-        self.string(meta, "namespace", "metadata.namespace")
-        labels = self.string_map(meta, "labels", "metadata.labels")
-        for key, value in (labels or {}).items():
-            problem = validate_label_key(str(key))
-            if problem is not None:
-                self.add(_invalid("metadata.labels", key, problem))
-            if isinstance(value, str):
-                problem = validate_label_value(value)
-                if problem is not None:
-                    self.add(_invalid("metadata.labels", value, problem))
-        annotations = self.string_map(meta, "annotations", "metadata.annotations")
-        if annotations:
-            size = 0
-            for key, value in annotations.items():
+        meta = obj.get("metadata")
+        if type(meta) is not dict:
+            meta = self.map(obj, "metadata", "")
+            if meta is None:
+                return
+        for key in ("name", "generateName", "namespace"):
+            value = meta.get(key)
+            if value is not None and type(value) is not str:
+                self.string(meta, key, "metadata")
+        if meta.get("labels") is not None:
+            labels = self.string_map(meta, "labels", "metadata")
+            for key, value in (labels or {}).items():
                 problem = validate_label_key(str(key))
                 if problem is not None:
-                    self.add(_invalid("metadata.annotations", key, problem))
-                size += len(key) + (len(value) if isinstance(value, str) else 0)
-            if size > 256 * 1024:
-                self.add({
-                    "reason": "FieldValueTooLong",
-                    "message": "Too long: must have at most 262144 bytes",
-                    "field": "metadata.annotations",
-                })
-        for i, item in enumerate(self.list(meta, "finalizers", "metadata.finalizers") or []):
-            if not isinstance(item, str):
-                self.add(_type(f"metadata.finalizers[{i}]", item, "string"))
-        for i, ref in enumerate(self.list(meta, "ownerReferences", "metadata.ownerReferences") or []):
-            field = f"metadata.ownerReferences[{i}]"
-            if not isinstance(ref, dict):
-                self.add(_type(field, ref, "object"))
-                continue
-            for key in ("apiVersion", "kind", "name", "uid"):
-                self.string(ref, key, f"{field}.{key}", required=True)
-            self.boolean(ref, "controller", f"{field}.controller")
-            self.boolean(ref, "blockOwnerDeletion", f"{field}.blockOwnerDeletion")
+                    self.add(_invalid("metadata.labels", key, problem))
+                if isinstance(value, str):
+                    problem = validate_label_value(value)
+                    if problem is not None:
+                        self.add(_invalid("metadata.labels", value, problem))
+        if meta.get("annotations") is not None:
+            annotations = self.string_map(meta, "annotations", "metadata")
+            if annotations:
+                size = 0
+                for key, value in annotations.items():
+                    problem = validate_label_key(str(key))
+                    if problem is not None:
+                        self.add(_invalid("metadata.annotations", key, problem))
+                    size += len(key) + (len(value) if isinstance(value, str) else 0)
+                if size > 256 * 1024:
+                    self.add({
+                        "reason": "FieldValueTooLong",
+                        "message": "Too long: must have at most 262144 bytes",
+                        "field": "metadata.annotations",
+                    })
+        if meta.get("finalizers") is not None:
+            for i, item in enumerate(self.list(meta, "finalizers", "metadata") or ()):
+                if not isinstance(item, str):
+                    self.add(_type(f"metadata.finalizers[{i}]", item, "string"))
+        if meta.get("ownerReferences") is not None:
+            at = "metadata.ownerReferences"
+            for i, ref in enumerate(self.list(meta, "ownerReferences", "metadata") or ()):
+                if not isinstance(ref, dict):
+                    self.add(_type(f"{at}[{i}]", ref, "object"))
+                    continue
+                for key in _OWNER_REF_STRINGS:
+                    value = ref.get(key)
+                    if type(value) is not str or not value:
+                        self.string(ref, key, f"{at}[{i}]", required=True)
+                for key in ("controller", "blockOwnerDeletion"):
+                    value = ref.get(key)
+                    if value is not None and type(value) is not bool:
+                        self.boolean(ref, key, f"{at}[{i}]")
 
-    def container(self, c: Any, field: str, names: set[str]) -> None:
+    def container(self, c: Any, at: str, i: int, names: set[str]) -> None:
+        """Check item `i` of the container list at path `at`; `names` are the names seen so far."""
         if not isinstance(c, dict):
-            self.add(_type(field, c, "object"))
+            self.add(_type(f"{at}[{i}]", c, "object"))
             return
-        name = self.string(c, "name", f"{field}.name", required=True)
+        name = c.get("name")
+        if type(name) is not str or not name:
+            name = self.string(c, "name", f"{at}[{i}]", required=True)
         if name is not None:
             problem = _label_problem(name)
             if problem is not None:
-                self.add(_invalid(f"{field}.name", name, problem))
+                self.add(_invalid(f"{at}[{i}].name", name, problem))
             elif name in names:
-                self.add(_duplicate(f"{field}.name", name))
+                self.add(_duplicate(f"{at}[{i}].name", name))
             names.add(name)
-        self.string(c, "image", f"{field}.image", required=True)
-        for j, port in enumerate(self.list(c, "ports", f"{field}.ports") or []):
-            pf = f"{field}.ports[{j}]"
+        image = c.get("image")
+        if type(image) is not str or not image:
+            self.string(c, "image", f"{at}[{i}]", required=True)
+        ports = c.get("ports")
+        if ports is not None and type(ports) is not list:
+            ports = self.list(c, "ports", f"{at}[{i}]")
+        for j, port in enumerate(ports) if ports else ():
             if not isinstance(port, dict):
-                self.add(_type(pf, port, "object"))
+                self.add(_type(f"{at}[{i}].ports[{j}]", port, "object"))
                 continue
-            number = self.integer(port, "containerPort", f"{pf}.containerPort", required=True)
-            if number is not None and not 0 < number < 65536:
-                self.add(_invalid(f"{pf}.containerPort", number, "must be between 1 and 65535, inclusive"))
-            self.choice(port, "protocol", f"{pf}.protocol", ("TCP", "UDP", "SCTP"))
-        for j, env in enumerate(self.list(c, "env", f"{field}.env") or []):
-            if not isinstance(env, dict):
-                self.add(_type(f"{field}.env[{j}]", env, "object"))
+            number = port.get("containerPort")
+            if type(number) is not int or not 0 < number < 65536:
+                number = self.integer(port, "containerPort", f"{at}[{i}].ports[{j}]", required=True)
+                if number is not None and not 0 < number < 65536:
+                    detail = "must be between 1 and 65535, inclusive"
+                    self.add(_invalid(f"{at}[{i}].ports[{j}].containerPort", number, detail))
+            protocol = port.get("protocol")
+            if protocol is not None and (type(protocol) is not str or protocol not in _PROTOCOLS):
+                self.choice(port, "protocol", f"{at}[{i}].ports[{j}]", _PROTOCOLS)
+        env = c.get("env")
+        if env is not None and type(env) is not list:
+            env = self.list(c, "env", f"{at}[{i}]")
+        for j, var in enumerate(env) if env else ():
+            if not isinstance(var, dict):
+                self.add(_type(f"{at}[{i}].env[{j}]", var, "object"))
                 continue
-            self.string(env, "name", f"{field}.env[{j}].name", required=True)
-            self.string(env, "value", f"{field}.env[{j}].value")
+            var_name = var.get("name")
+            if type(var_name) is not str or not var_name:
+                self.string(var, "name", f"{at}[{i}].env[{j}]", required=True)
+            value = var.get("value")
+            if value is not None and type(value) is not str:
+                self.string(var, "value", f"{at}[{i}].env[{j}]")
         for key in ("command", "args"):
-            for j, arg in enumerate(self.list(c, key, f"{field}.{key}") or []):
+            args = c.get(key)
+            if args is not None and type(args) is not list:
+                args = self.list(c, key, f"{at}[{i}]")
+            for j, arg in enumerate(args) if args else ():
                 if not isinstance(arg, str):
-                    self.add(_type(f"{field}.{key}[{j}]", arg, "string"))
-        resources = self.map(c, "resources", f"{field}.resources")
+                    self.add(_type(f"{at}[{i}].{key}[{j}]", arg, "string"))
+        resources = c.get("resources")
+        if resources is not None and type(resources) is not dict:
+            resources = self.map(c, "resources", f"{at}[{i}]")
         if resources is not None:
             for part in ("limits", "requests"):
-                amounts = self.map(resources, part, f"{field}.resources.{part}")
-                for res, amount in (amounts or {}).items():
-                    if not isinstance(amount, str | int | float) or isinstance(amount, bool):
-                        self.add(_type(f"{field}.resources.{part}[{res}]", amount, "quantity"))
+                amounts = resources.get(part)
+                if amounts is not None and type(amounts) is not dict:
+                    amounts = self.map(resources, part, f"{at}[{i}].resources")
+                for res, amount in amounts.items() if amounts else ():
+                    if type(amount) is str:
+                        continue
+                    if not isinstance(amount, _QUANTITY_TYPES) or isinstance(amount, bool):
+                        self.add(_type(f"{at}[{i}].resources.{part}[{res}]", amount, "quantity"))
 
     def pod_spec(self, spec: dict[str, Any], field: str, *, workload: bool) -> None:
         names: set[str] = set()
-        for i, c in enumerate(self.list(spec, "initContainers", f"{field}.initContainers") or []):
-            self.container(c, f"{field}.initContainers[{i}]", names)
-        containers = self.list(spec, "containers", f"{field}.containers")
+        if spec.get("initContainers") is not None:
+            at = f"{field}.initContainers"
+            for i, c in enumerate(self.list(spec, "initContainers", field) or ()):
+                self.container(c, at, i, names)
+        containers = spec.get("containers")
+        if containers is not None and type(containers) is not list:
+            containers = self.list(spec, "containers", field)
         if not containers:
             if containers is not None or "containers" not in spec or spec["containers"] is None:
                 self.add(_required(f"{field}.containers"))
         else:
+            at = f"{field}.containers"
             for i, c in enumerate(containers):
-                self.container(c, f"{field}.containers[{i}]", names)
-        supported = ("Always",) if workload else ("Always", "OnFailure", "Never")
-        self.choice(spec, "restartPolicy", f"{field}.restartPolicy", supported)
-        dns_policies = ("ClusterFirstWithHostNet", "ClusterFirst", "Default", "None")
-        self.choice(spec, "dnsPolicy", f"{field}.dnsPolicy", dns_policies)
-        for key in ("nodeName", "schedulerName", "priorityClassName", "serviceAccountName", "hostname"):
-            self.string(spec, key, f"{field}.{key}")
-        self.string_map(spec, "nodeSelector", f"{field}.nodeSelector")
-        self.integer(spec, "priority", f"{field}.priority")
-        grace = "terminationGracePeriodSeconds"
-        self.integer(spec, grace, f"{field}.{grace}", minimum=0)
-        self.integer(spec, "activeDeadlineSeconds", f"{field}.activeDeadlineSeconds", minimum=1)
-        self.boolean(spec, "hostNetwork", f"{field}.hostNetwork")
-        self.map(spec, "affinity", f"{field}.affinity")
-        for i, tol in enumerate(self.list(spec, "tolerations", f"{field}.tolerations") or []):
-            self.toleration(tol, f"{field}.tolerations[{i}]")
+                self.container(c, at, i, names)
+        supported = _WORKLOAD_RESTART_POLICIES if workload else _RESTART_POLICIES
+        for key, choices in (("restartPolicy", supported), ("dnsPolicy", _DNS_POLICIES)):
+            value = spec.get(key)
+            if value is not None and (type(value) is not str or value not in choices):
+                self.choice(spec, key, field, choices)
+        for key in _POD_SPEC_STRINGS:
+            value = spec.get(key)
+            if value is not None and type(value) is not str:
+                self.string(spec, key, field)
+        if spec.get("nodeSelector") is not None:
+            self.string_map(spec, "nodeSelector", field)
+        for key, minimum in _POD_SPEC_INTEGERS:
+            value = spec.get(key)
+            if value is not None and (type(value) is not int or (minimum is not None and value < minimum)):
+                self.integer(spec, key, field, minimum=minimum)
+        host_network = spec.get("hostNetwork")
+        if host_network is not None and type(host_network) is not bool:
+            self.boolean(spec, "hostNetwork", field)
+        affinity = spec.get("affinity")
+        if affinity is not None and type(affinity) is not dict:
+            self.map(spec, "affinity", field)
+        tolerations = spec.get("tolerations")
+        if tolerations is not None and type(tolerations) is not list:
+            tolerations = self.list(spec, "tolerations", field)
+        if tolerations:
+            at = f"{field}.tolerations"
+            for i, tol in enumerate(tolerations):
+                self.toleration(tol, at, i)
 
-    def toleration(self, tol: Any, field: str) -> None:
+    def toleration(self, tol: Any, at: str, i: int) -> None:
+        """Check item `i` of the toleration list at path `at`."""
         if not isinstance(tol, dict):
-            self.add(_type(field, tol, "object"))
+            self.add(_type(f"{at}[{i}]", tol, "object"))
             return
-        key = self.string(tol, "key", f"{field}.key")
+        key = tol.get("key")
+        if key is not None and type(key) is not str:
+            key = self.string(tol, "key", f"{at}[{i}]")
         if key:
             problem = validate_label_key(key)
             if problem is not None:
-                self.add(_invalid(f"{field}.key", key, problem))
+                self.add(_invalid(f"{at}[{i}].key", key, problem))
         operator = tol.get("operator") or "Equal"
-        if operator not in ("Equal", "Exists"):
-            self.add(_unsupported(f"{field}.operator", operator, ("Equal", "Exists")))
-        value = self.string(tol, "value", f"{field}.value")
+        if operator not in _TOLERATION_OPERATORS:
+            self.add(_unsupported(f"{at}[{i}].operator", operator, _TOLERATION_OPERATORS))
+        value = tol.get("value")
+        if value is not None and type(value) is not str:
+            value = self.string(tol, "value", f"{at}[{i}]")
         if operator == "Exists" and value:
-            self.add(_invalid(f"{field}.operator", value, "value must be empty when `operator` is 'Exists'"))
+            self.add(_invalid(f"{at}[{i}].operator", value, "value must be empty when `operator` is 'Exists'"))
         if not key and operator != "Exists":
-            self.add(_invalid(f"{field}.operator", operator, "operator must be Exists when `key` is empty"))
-        self.choice(tol, "effect", f"{field}.effect", ("", "NoSchedule", "PreferNoSchedule", "NoExecute"))
-        if tol.get("tolerationSeconds") is not None:
-            self.integer(tol, "tolerationSeconds", f"{field}.tolerationSeconds")
-            if tol.get("effect") != "NoExecute":
+            self.add(_invalid(f"{at}[{i}].operator", operator, "operator must be Exists when `key` is empty"))
+        effect = tol.get("effect")
+        if effect is not None and (type(effect) is not str or effect not in _TOLERATION_EFFECTS):
+            self.choice(tol, "effect", f"{at}[{i}]", _TOLERATION_EFFECTS)
+        seconds = tol.get("tolerationSeconds")
+        if seconds is not None:
+            if type(seconds) is not int:
+                self.integer(tol, "tolerationSeconds", f"{at}[{i}]")
+            if effect != "NoExecute":
                 detail = "effect must be 'NoExecute' when `tolerationSeconds` is set"
-                self.add(_invalid(f"{field}.effect", tol.get("effect"), detail))
+                self.add(_invalid(f"{at}[{i}].effect", effect, detail))
 
-    def selector(self, sel: dict[str, Any], field: str) -> bool:
-        """Check a metav1.LabelSelector; True when it parses."""
+    def selector(self, sel: dict[str, Any], field: str) -> LabelSelector | None:
+        """Check a metav1.LabelSelector; the parsed selector, or None when it does not parse."""
         try:
-            label_selector_from_dict(sel)
+            return label_selector_from_dict(sel)
         except SelectorError as exc:
             self.add(_invalid(field, sel, str(exc)))
-            return False
-        return True
+            return None
 
     # Kinds.
 
     def workload(self, obj: Obj, kind: str) -> None:
-        spec = self.map(obj, "spec", "spec", required=True)
+        spec = self.map(obj, "spec", "", required=True)
         if spec is None:
             return
         if kind != "DaemonSet":
-            self.integer(spec, "replicas", "spec.replicas", minimum=0)
-        self.integer(spec, "minReadySeconds", "spec.minReadySeconds", minimum=0)
-        selector = self.map(spec, "selector", "spec.selector", required=True)
-        template = self.map(spec, "template", "spec.template", required=True)
+            self.integer(spec, "replicas", "spec", minimum=0)
+        self.integer(spec, "minReadySeconds", "spec", minimum=0)
+        selector = self.map(spec, "selector", "spec", required=True)
+        template = self.map(spec, "template", "spec", required=True)
         if kind == "Deployment":
-            strategy = self.map(spec, "strategy", "spec.strategy")
+            strategy = self.map(spec, "strategy", "spec")
             if strategy is not None:
-                self.choice(strategy, "type", "spec.strategy.type", ("Recreate", "RollingUpdate"))
-        if selector is not None and self.selector(selector, "spec.selector"):
-            parsed = label_selector_from_dict(selector)
+                self.choice(strategy, "type", "spec.strategy", ("Recreate", "RollingUpdate"))
+        parsed = self.selector(selector, "spec.selector") if selector is not None else None
+        if parsed is not None:
             if parsed.empty:
                 self.add(_invalid("spec.selector", selector, f"empty selector is invalid for {kind.lower()}"))
             elif template is not None:
@@ -478,35 +578,35 @@ class _Checker:
                     detail = "`selector` does not match template `labels`"
                     self.add(_invalid("spec.template.metadata.labels", labels, detail))
         if template is not None:
-            tmeta = self.map(template, "metadata", "spec.template.metadata")
+            tmeta = self.map(template, "metadata", "spec.template")
             if tmeta is not None:
-                labels = self.string_map(tmeta, "labels", "spec.template.metadata.labels")
+                labels = self.string_map(tmeta, "labels", "spec.template.metadata")
                 for key in labels or {}:
                     problem = validate_label_key(str(key))
                     if problem is not None:
                         self.add(_invalid("spec.template.metadata.labels", key, problem))
-            tspec = self.map(template, "spec", "spec.template.spec", required=True)
+            tspec = self.map(template, "spec", "spec.template", required=True)
             if tspec is not None:
                 self.pod_spec(tspec, "spec.template.spec", workload=True)
 
     def node(self, obj: Obj) -> None:
-        spec = self.map(obj, "spec", "spec")
+        spec = self.map(obj, "spec", "")
         if spec is not None:
-            self.boolean(spec, "unschedulable", "spec.unschedulable")
+            self.boolean(spec, "unschedulable", "spec")
             for key in ("podCIDR", "providerID"):
-                self.string(spec, key, f"spec.{key}")
+                self.string(spec, key, "spec")
             seen: set[tuple[str, str]] = set()
-            for i, taint in enumerate(self.list(spec, "taints", "spec.taints") or []):
+            for i, taint in enumerate(self.list(spec, "taints", "spec") or ()):
                 field = f"spec.taints[{i}]"
                 if not isinstance(taint, dict):
                     self.add(_type(field, taint, "object"))
                     continue
-                taint_key = self.string(taint, "key", f"{field}.key", required=True)
+                taint_key = self.string(taint, "key", field, required=True)
                 if taint_key:
                     problem = validate_label_key(taint_key)
                     if problem is not None:
                         self.add(_invalid(f"{field}.key", taint_key, problem))
-                value = self.string(taint, "value", f"{field}.value")
+                value = self.string(taint, "value", field)
                 if value:
                     problem = validate_label_value(value)
                     if problem is not None:
@@ -515,117 +615,135 @@ class _Checker:
                 if not effect:
                     self.add(_required(f"{field}.effect"))
                 else:
-                    self.choice(taint, "effect", f"{field}.effect", _TAINT_EFFECTS)
+                    self.choice(taint, "effect", field, _TAINT_EFFECTS)
                 if taint_key and isinstance(effect, str):
                     if (taint_key, effect) in seen:
                         self.add(_duplicate(field, {"key": taint_key, "effect": effect}))
                     seen.add((taint_key, effect))
-        status = self.map(obj, "status", "status")
+        status = self.map(obj, "status", "")
         if status is not None:
-            for i, cond in enumerate(self.list(status, "conditions", "status.conditions") or []):
-                field = f"status.conditions[{i}]"
+            at = "status.conditions"
+            for i, cond in enumerate(self.list(status, "conditions", "status") or ()):
                 if not isinstance(cond, dict):
-                    self.add(_type(field, cond, "object"))
+                    self.add(_type(f"{at}[{i}]", cond, "object"))
                     continue
-                self.string(cond, "type", f"{field}.type", required=True)
-                self.choice(cond, "status", f"{field}.status", ("True", "False", "Unknown"))
-                if cond.get("status") is None:
-                    self.add(_required(f"{field}.status"))
-            for i, addr in enumerate(self.list(status, "addresses", "status.addresses") or []):
-                field = f"status.addresses[{i}]"
+                kind = cond.get("type")
+                if type(kind) is not str or not kind:
+                    self.string(cond, "type", f"{at}[{i}]", required=True)
+                value = cond.get("status")
+                if value is None:
+                    self.add(_required(f"{at}[{i}].status"))
+                elif type(value) is not str or value not in ("True", "False", "Unknown"):
+                    self.choice(cond, "status", f"{at}[{i}]", ("True", "False", "Unknown"))
+            at = "status.addresses"
+            for i, addr in enumerate(self.list(status, "addresses", "status") or ()):
                 if not isinstance(addr, dict):
-                    self.add(_type(field, addr, "object"))
+                    self.add(_type(f"{at}[{i}]", addr, "object"))
                     continue
-                self.string(addr, "type", f"{field}.type", required=True)
-                self.string(addr, "address", f"{field}.address", required=True)
+                for key in ("type", "address"):
+                    value = addr.get(key)
+                    if type(value) is not str or not value:
+                        self.string(addr, key, f"{at}[{i}]", required=True)
             for part in ("capacity", "allocatable"):
-                self.map(status, part, f"status.{part}")
+                self.map(status, part, "status")
 
     def pod(self, obj: Obj, *, with_spec: bool = True) -> None:
-        spec = self.map(obj, "spec", "spec", required=True)
+        spec = obj.get("spec")
+        if type(spec) is not dict:
+            spec = self.map(obj, "spec", "", required=True)
         if spec is not None and with_spec:
             self.pod_spec(spec, "spec", workload=False)
-        status = self.map(obj, "status", "status")
+        status = obj.get("status")
+        if status is not None and type(status) is not dict:
+            status = self.map(obj, "status", "")
         if status is not None:
-            phases = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
-            self.choice(status, "phase", "status.phase", phases)
-            for i, cond in enumerate(self.list(status, "conditions", "status.conditions") or []):
-                field = f"status.conditions[{i}]"
+            phase = status.get("phase")
+            if phase is not None and (type(phase) is not str or phase not in _POD_PHASES):
+                self.choice(status, "phase", "status", _POD_PHASES)
+            conditions = status.get("conditions")
+            if conditions is not None and type(conditions) is not list:
+                conditions = self.list(status, "conditions", "status")
+            at = "status.conditions"
+            for i, cond in enumerate(conditions or ()):
                 if not isinstance(cond, dict):
-                    self.add(_type(field, cond, "object"))
+                    self.add(_type(f"{at}[{i}]", cond, "object"))
                     continue
-                self.string(cond, "type", f"{field}.type", required=True)
-                self.string(cond, "status", f"{field}.status", required=True)
-            self.string(status, "nominatedNodeName", "status.nominatedNodeName")
+                for key in ("type", "status"):
+                    value = cond.get(key)
+                    if type(value) is not str or not value:
+                        self.string(cond, key, f"{at}[{i}]", required=True)
+            nominated = status.get("nominatedNodeName")
+            if nominated is not None and type(nominated) is not str:
+                self.string(status, "nominatedNodeName", "status")
 
     def lease(self, obj: Obj) -> None:
-        spec = self.map(obj, "spec", "spec")
+        spec = self.map(obj, "spec", "")
         if spec is None:
             return
-        self.string(spec, "holderIdentity", "spec.holderIdentity")
-        self.integer(spec, "leaseDurationSeconds", "spec.leaseDurationSeconds", minimum=1)
-        self.integer(spec, "leaseTransitions", "spec.leaseTransitions", minimum=0)
+        self.string(spec, "holderIdentity", "spec")
+        self.integer(spec, "leaseDurationSeconds", "spec", minimum=1)
+        self.integer(spec, "leaseTransitions", "spec", minimum=0)
         for key in ("acquireTime", "renewTime"):
-            self.string(spec, key, f"spec.{key}")
+            self.string(spec, key, "spec")
 
     def event(self, obj: Obj) -> None:
-        self.map(obj, "involvedObject", "involvedObject", required=True)
+        self.map(obj, "involvedObject", "", required=True)
         for key in ("reason", "message", "type", "reportingComponent", "reportingInstance", "action"):
-            self.string(obj, key, key)
-        self.integer(obj, "count", "count", minimum=0)
-        self.map(obj, "source", "source")
+            self.string(obj, key, "")
+        self.integer(obj, "count", "", minimum=0)
+        self.map(obj, "source", "")
 
     def priority_class(self, obj: Obj) -> None:
-        value = self.integer(obj, "value", "value", required=True)
+        value = self.integer(obj, "value", "", required=True)
         name = str((obj.get("metadata") or {}).get("name") or "")
         if value is not None and value > 1_000_000_000 and not name.startswith("system-"):
             self.add(_forbidden("value", "maximum allowed value of a user defined priority is 1000000000"))
-        self.boolean(obj, "globalDefault", "globalDefault")
-        self.string(obj, "description", "description")
-        self.choice(obj, "preemptionPolicy", "preemptionPolicy", ("Never", "PreemptLowerPriority"))
+        self.boolean(obj, "globalDefault", "")
+        self.string(obj, "description", "")
+        self.choice(obj, "preemptionPolicy", "", ("Never", "PreemptLowerPriority"))
 
     def config_map(self, obj: Obj) -> None:
         for part in ("data", "binaryData"):
-            data = self.string_map(obj, part, part)
+            data = self.string_map(obj, part, "")
             for key in data or {}:
                 if not re.fullmatch(r"[-._a-zA-Z0-9]+", str(key)) or len(str(key)) > 253:
                     detail = "a valid config key must consist of alphanumerics, '-', '_' or '.'"
                     self.add(_invalid(part, key, detail))
 
     def service(self, obj: Obj) -> None:
-        spec = self.map(obj, "spec", "spec")
+        spec = self.map(obj, "spec", "")
         if spec is None:
             return
-        for i, port in enumerate(self.list(spec, "ports", "spec.ports") or []):
+        for i, port in enumerate(self.list(spec, "ports", "spec") or ()):
             field = f"spec.ports[{i}]"
             if not isinstance(port, dict):
                 self.add(_type(field, port, "object"))
                 continue
-            number = self.integer(port, "port", f"{field}.port", required=True)
+            number = self.integer(port, "port", field, required=True)
             if number is not None and not 0 < number < 65536:
                 self.add(_invalid(f"{field}.port", number, "must be between 1 and 65535, inclusive"))
-        self.string_map(spec, "selector", "spec.selector")
+        self.string_map(spec, "selector", "spec")
 
     def pdb(self, obj: Obj) -> None:
-        spec = self.map(obj, "spec", "spec")
+        spec = self.map(obj, "spec", "")
         if spec is None:
             return
-        selector = self.map(spec, "selector", "spec.selector")
+        selector = self.map(spec, "selector", "spec")
         if selector is not None:
             self.selector(selector, "spec.selector")
         if spec.get("minAvailable") is not None and spec.get("maxUnavailable") is not None:
             self.add(_invalid("spec", spec, "minAvailable and maxUnavailable cannot be both set"))
 
     def namespace(self, obj: Obj) -> None:
-        spec = self.map(obj, "spec", "spec")
-        for i, item in enumerate((self.list(spec, "finalizers", "spec.finalizers") if spec else None) or []):
+        spec = self.map(obj, "spec", "")
+        for i, item in enumerate((self.list(spec, "finalizers", "spec") if spec else None) or ()):
             if not isinstance(item, str):
                 self.add(_type(f"spec.finalizers[{i}]", item, "string"))
 
     def binding(self, obj: Obj) -> None:
-        target = self.map(obj, "target", "target", required=True)
+        target = self.map(obj, "target", "", required=True)
         if target is not None:
-            self.string(target, "name", "target.name", required=True)
+            self.string(target, "name", "target", required=True)
 
 
 def validate_object(kind: Kind, obj: Obj, *, spec_known_valid: bool = False) -> list[Cause]:
@@ -638,8 +756,9 @@ def validate_object(kind: Kind, obj: Obj, *, spec_known_valid: bool = False) -> 
     check = _Checker()
     check.metadata(obj)
     for part in ("spec", "status"):
-        if part in obj and obj[part] is not None and not isinstance(obj[part], dict):
-            check.add(_type(part, obj[part], "object"))
+        value = obj.get(part)
+        if value is not None and not isinstance(value, dict):
+            check.add(_type(part, value, "object"))
             return check.causes
     name = kind.kind
     if name == "Pod":
