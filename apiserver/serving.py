@@ -141,10 +141,7 @@ async def read_body(request: web.Request) -> tuple[Any, str]:
         try:
             return orjson.loads(raw), media
         except orjson.JSONDecodeError:
-            try:
-                return yaml.safe_load(raw), media
-            except yaml.YAMLError as exc:
-                raise errors.bad_request(f"malformed YAML body: {exc}") from exc
+            return _load_yaml(raw), media
     if media in (codec.JSON, "") or media.endswith("+json") or media == "*/*":
         try:
             value = orjson.loads(raw)
@@ -154,11 +151,73 @@ async def read_body(request: web.Request) -> tuple[Any, str]:
             _reject_duplicate_fields(raw)
         return value, media
     if media in ("application/yaml", "application/x-yaml"):
-        try:
-            return yaml.safe_load(raw), media
-        except yaml.YAMLError as exc:
-            raise errors.bad_request(f"malformed YAML body: {exc}") from exc
+        return _load_yaml(raw), media
     raise errors.unsupported_media_type(media)
+
+
+class _JsonishLoader(yaml.SafeLoader):
+    """YAML as Kubernetes reads it (YAML to JSON).
+
+    Timestamps stay the strings they were written as; mapping keys that YAML reads as numbers,
+    booleans or null become their text as they are built (`{1: a, true: b}` is
+    `{"1": "a", "true": "b"}`: two keys, where a Python dict would merge 1 and True); a
+    non-finite number is refused.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        self.flatten_mapping(node)
+        mapping: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                text = _key_text(key)
+            except TypeError as exc:
+                raise yaml.constructor.ConstructorError(None, None, str(exc), key_node.start_mark) from exc
+            mapping[text] = self.construct_object(value_node, deep=deep)
+        return mapping
+
+    def construct_finite_float(self, node: yaml.ScalarNode) -> float:
+        value = self.construct_yaml_float(node)
+        if not math.isfinite(value):
+            raise yaml.constructor.ConstructorError(None, None, f"{value} is not a JSON number", node.start_mark)
+        return value
+
+
+_JsonishLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_JsonishLoader.add_constructor("tag:yaml.org,2002:float", _JsonishLoader.construct_finite_float)
+
+
+def _load_yaml(raw: bytes) -> Any:
+    """A YAML body as the JSON value Kubernetes makes of it (400 when it cannot be one).
+
+    Anything JSON cannot carry (binary, sets, NaN, a list as a key) is refused here rather
+    than reaching the store, whose JSON and msgpack encoders (every watch frame) would fail
+    on it later.
+    """
+    try:
+        value = yaml.load(raw, Loader=_JsonishLoader)  # a SafeLoader: plain data only
+    except yaml.YAMLError as exc:
+        raise errors.bad_request(f"malformed YAML body: {exc}") from exc
+    try:
+        orjson.dumps(value)
+    except TypeError as exc:
+        raise errors.bad_request(f"the YAML body is not JSON-like: {exc}") from exc
+    return value
+
+
+def _key_text(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if key is None:
+        return "null"
+    if isinstance(key, int | float):
+        return str(key)
+    raise TypeError(f"a mapping key of type {type(key).__name__}")
 
 
 def _reject_duplicate_fields(raw: bytes) -> None:

@@ -699,6 +699,56 @@ async def test_msgpack_non_json_values_are_rejected(start_apiserver: StartApiSer
         assert a.status == 400
 
 
+YAML_POD = b"""apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+  annotations: {%s}
+spec:
+  containers: [{name: c, image: nginx}]
+"""
+
+
+@pytest.mark.parametrize(("annotations", "expected"), [
+    (b"1: one, true: t, 2.5: x", {"1": "one", "true": "t", "2.5": "x"}),
+    (b"when: 2024-01-01, at: 2024-01-01T10:00:00Z", {"when": "2024-01-01", "at": "2024-01-01T10:00:00Z"}),
+], ids=["non-string-keys", "timestamps"])
+@pytest.mark.parametrize("how", ["create", "apply"])
+async def test_yaml_bodies_become_json_as_kubernetes_reads_them(start_apiserver: StartApiServer, how: str,
+                                                                 annotations: bytes, expected: Json) -> None:
+    """YAML to JSON as the real server does: keys become strings, timestamps stay strings."""
+    server = await start_apiserver()
+    async with aiohttp.ClientSession() as session:
+        h = Http(session, server.url)
+        if how == "create":
+            c = Case("yaml", "POST", "/api/v1/namespaces/default/pods", YAML_POD % (b"y", annotations),
+                     "application/yaml")
+        else:
+            c = Case("yaml", "PATCH", "/api/v1/namespaces/default/pods/y", YAML_POD % (b"y", annotations),
+                     "application/apply-patch+yaml", params={"fieldManager": "t"})
+        a = await h.send(c)
+        assert a.status == 201, a.body[:300]
+        status, doc = await h.json("GET", "/api/v1/namespaces/default/pods/y")
+        assert status == 200 and doc["metadata"]["annotations"] == expected
+
+
+@pytest.mark.parametrize("annotations", [b"a: !!binary aGVsbG8=", b"a: .nan", b"a: !!set {x}"],
+                         ids=["binary", "nan", "set"])
+async def test_yaml_values_json_cannot_carry_are_rejected(start_apiserver: StartApiServer,
+                                                           annotations: bytes) -> None:
+    server = await start_apiserver()
+    async with aiohttp.ClientSession() as session:
+        h = Http(session, server.url)
+        for media, method, path in (("application/yaml", "POST", "/api/v1/namespaces/default/pods"),
+                                    ("application/apply-patch+yaml", "PATCH", "/api/v1/namespaces/default/pods/z")):
+            c = Case("yaml", method, path, YAML_POD % (b"z", annotations), media, params={"fieldManager": "t"})
+            a = await h.send(c)
+            status_of(c, a)
+            assert a.status == 400
+        status, doc = await h.json("GET", "/api/v1/namespaces/default/pods")
+        assert status == 200 and doc["items"] == []
+
+
 @pytest.mark.parametrize("value", ["nan", "1e400", "1e300"])
 async def test_watch_timeout_seconds_must_be_finite(http: Http, value: str) -> None:
     c = Case("timeoutSeconds", "GET", PODS, None, None, params={"watch": "1", "timeoutSeconds": value})
