@@ -176,6 +176,9 @@ class _JsonishLoader(yaml.SafeLoader):
             mapping[text] = self.construct_object(value_node, deep=deep)
         return mapping
 
+    def construct_timestamp_text(self, node: yaml.ScalarNode) -> str:
+        return self.construct_scalar(node)
+
     def construct_finite_float(self, node: yaml.ScalarNode) -> float:
         value = self.construct_yaml_float(node)
         if not math.isfinite(value):
@@ -188,6 +191,8 @@ _JsonishLoader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _JsonishLoader.add_constructor("tag:yaml.org,2002:float", _JsonishLoader.construct_finite_float)
+# An explicit `!!timestamp` stays its text too (orjson would accept a datetime, msgpack would not).
+_JsonishLoader.add_constructor("tag:yaml.org,2002:timestamp", _JsonishLoader.construct_timestamp_text)
 
 
 def _load_yaml(raw: bytes) -> Any:
@@ -199,8 +204,8 @@ def _load_yaml(raw: bytes) -> Any:
     """
     try:
         value = yaml.load(raw, Loader=_JsonishLoader)  # a SafeLoader: plain data only
-    except yaml.YAMLError as exc:
-        raise errors.bad_request(f"malformed YAML body: {exc}") from exc
+    except Exception as exc:  # explicit tags fail with plain Python errors too (`!!float abc`, `!!bool maybe`)
+        raise errors.bad_request(f"malformed YAML body: {type(exc).__name__}: {exc}") from exc
     try:
         orjson.dumps(value)
     except TypeError as exc:

@@ -163,7 +163,7 @@ class Fuzzer:
         gens: list[Callable[[], Case]] = [
             self.malformed_json, self.malformed_msgpack, self.wrong_type, self.unknown_field, self.invalid_name,
             self.missing_namespace, self.unknown_resource, self.bad_verb, self.bad_patch, self.stale,
-            self.bad_selector, self.bad_query, self.wrong_media_type, self.missing_object,
+            self.bad_selector, self.bad_query, self.wrong_media_type, self.missing_object, self.bad_yaml,
         ]
         c = self.rng.choice(gens)()
         if c.accept == JSON and self.rng.random() < 0.1:
@@ -218,6 +218,23 @@ class Fuzzer:
             raw = b"\xc1"  # never valid msgpack
         method, url = self.rng.choice([("POST", PODS), ("PUT", f"{PODS}/target"), ("PATCH", f"{PODS}/target")])
         return Case("malformed-msgpack", method, url, raw, MSGPACK)
+
+    def bad_yaml(self) -> Case:
+        """YAML that does not parse, or parses to what JSON cannot carry (or to no object)."""
+        name = self.fresh("my")
+        value = self.rng.choice([
+            b"!!binary aGVsbG8=", b".nan", b"-.inf", b"!!set {a, b}", b"[unclosed", b"{a: 1", b"*undefined",
+            b"!!python/object:os.system x", b"!!float abc", b"!!int 1.5", b"!!bool maybe", b"!!timestamp nope",
+        ])
+        raw = b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: %s\n  annotations: {a: %s}\nspec: {}\n" % (
+            name.encode(), value)
+        if self.rng.random() < 0.2:
+            raw = self.rng.choice([b"- just\n- a list\n", b"42", b"null", b"\t bad: indent", b":", b"? [a, b]\n: c\n"])
+        ctype, method, url = self.rng.choice([
+            ("application/yaml", "POST", PODS), ("application/yaml", "PUT", f"{PODS}/target"),
+            (APPLY, "PATCH", f"{PODS}/{name}"), (APPLY, "PATCH", f"{PODS}/target"),
+        ])
+        return Case("bad-yaml", method, url, raw, ctype, {"fieldManager": "fuzz"} if ctype == APPLY else {})
 
     def wrong_type(self) -> Case:
         collection, factory, fields = self.rng.choice(TYPED_FIELDS)
