@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import orjson
 import yaml
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from aiohttp.abc import AbstractStreamWriter
 
 from apiserver import discovery, errors, openapi, tables
@@ -532,7 +532,10 @@ class Api:
             raise errors.method_not_allowed("watch a single object with fieldSelector=metadata.name=<name>")
         resp = web.StreamResponse(status=200, headers={"Content-Type": codec.content_type(enc),
                                                        "Cache-Control": "no-cache, private"})
-        resp.enable_chunked_encoding()
+        if request.version >= HttpVersion11:
+            resp.enable_chunked_encoding()
+        else:
+            resp.force_close()  # HTTP/1.0 has no chunks: the stream ends with the connection
         try:
             watcher = self.hub.watch(t.kind, namespace=t.namespace, labels=labels, fields=fields,
                                      resource_version=q.get("resourceVersion", ""), send_initial_events=send_initial,

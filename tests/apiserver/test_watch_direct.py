@@ -379,3 +379,20 @@ async def test_watchers_flushed_together_share_a_chunk_only_when_their_items_are
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_an_http_1_0_watch_streams_until_the_connection_closes(start_apiserver: StartApiServer) -> None:
+    """HTTP/1.0 has no chunked encoding: the stream is the body, ended by closing the connection."""
+    server = await start_apiserver()
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /api/v1/namespaces/default/pods?watch=true&timeoutSeconds=2 HTTP/1.0\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200") and b"Transfer-Encoding" not in head
+    async with aiohttp.ClientSession() as http, \
+            http.post(f"{server.url}/api/v1/namespaces/default/pods", json=pod("old-http")) as r:
+        assert r.status == 201
+    body = await asyncio.wait_for(reader.read(), 10)  # until the server closes, after timeoutSeconds
+    writer.close()
+    events = [orjson.loads(line) for line in body.splitlines() if line]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "old-http")]
