@@ -287,10 +287,15 @@ class Registry:
                     candidate["status"] = old["status"]
                 else:
                     candidate.pop("status", None)
-            admission.default_update(kind, candidate)
+            # A PUT may carry a spec without its defaults, so defaulting runs before the spec is
+            # compared; a spec equal to the stored one is already defaulted (defaulting only
+            # fills what is absent), so it is compared first and defaulted only if it differs.
+            spec_changed = candidate.get("spec") != old.get("spec")
+            if spec_changed:
+                admission.default_update(kind, candidate)
+                spec_changed = candidate.get("spec") != old.get("spec")
             if kind is PODS:
                 self._check_pod_update(old, candidate)
-            spec_changed = candidate.get("spec") != old.get("spec")
             if "generation" in old["metadata"] and spec_changed:
                 md["generation"] = int(old["metadata"]["generation"]) + 1
         causes = validate_object(kind, candidate, spec_known_valid=not spec_changed) + _time_causes(kind, candidate)

@@ -187,3 +187,32 @@ async def test_writes_and_their_fan_out_leave_no_cyclic_garbage() -> None:
     finally:
         gc.enable()
     assert all(w.delivered == 1200 for w in watchers)
+
+
+def test_an_update_without_the_defaults_is_defaulted_and_is_not_a_spec_change() -> None:
+    """A PUT of a spec stripped of its defaults (as some clients send) changes nothing in it."""
+    from apiserver.registry import Registry, WriteOptions
+    from apiserver.storage import Store
+    from services.clock import ManualClock
+    from services.kinds import DEPLOYMENTS
+
+    reg = Registry(store=Store(), clock=ManualClock(), rng=random.Random(3))
+    opts = WriteOptions()
+    deploy = {"apiVersion": "apps/v1", "kind": "Deployment",
+              "metadata": {"name": "d", "namespace": "default"},
+              "spec": {"selector": {"matchLabels": {"app": "d"}},
+                       "template": {"metadata": {"labels": {"app": "d"}},
+                                    "spec": {"containers": [{"name": "c", "image": "nginx:1.25"}]}}}}
+    stored = reg.create(DEPLOYMENTS, "default", orjson.loads(orjson.dumps(deploy)), opts)
+    assert stored["metadata"]["generation"] == 1
+    assert stored["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] == "IfNotPresent"
+    bare = orjson.loads(orjson.dumps(deploy))
+    bare["metadata"]["labels"] = {"touched": "yes"}
+    updated = reg.update(DEPLOYMENTS, "default", "d", bare, opts)
+    assert updated["spec"] == stored["spec"]  # defaulted again, to the same spec
+    assert updated["metadata"]["generation"] == 1
+    assert updated["metadata"]["labels"] == {"touched": "yes"}
+    same = orjson.loads(orjson.dumps(updated))
+    same["spec"]["replicas"] = 3
+    scaled = reg.update(DEPLOYMENTS, "default", "d", same, opts)
+    assert scaled["metadata"]["generation"] == 2
