@@ -355,27 +355,26 @@ class Watcher:
             item = (event.type, event, False)
         else:
             return
-        # This runs for every event and every watcher of its kind: keep it flat (`inject`
-        # inlined: the watcher is known open here).
+        # This runs for every event and every watcher of its kind: keep it flat.
         for tap in self.taps:
             if tap(self, item):
                 return
-        if len(self.queue) >= self.settings.max_queue:
-            self._cut_off()
-            return
-        self.queue.append(item)
-        if self.direct:
-            assert self._flusher is not None
-            self._flusher.mark(self)
-        else:
-            self._wake.set()
+        self._enqueue(item)
 
     def inject(self, item: Item) -> None:
         """Queue an item past the taps (chaos releasing what it held)."""
-        if self.closed:
-            return
+        if not self.closed:
+            self._enqueue(item)
+
+    def _enqueue(self, item: Item) -> None:
+        """Queue an item on an open watcher and wake whoever writes it."""
         if len(self.queue) >= self.settings.max_queue:
-            self._cut_off()
+            # A watcher that cannot keep up is cut off, as the real watch cache does; the
+            # client resumes from the last revision it received. Its connection is aborted:
+            # a client that stopped reading would otherwise hold the stream's task forever.
+            self.close("watcher too slow: its queue is full")
+            if self.sink is not None:
+                self.sink.abort()
             return
         self.queue.append(item)
         if self.direct:
@@ -383,14 +382,6 @@ class Watcher:
             self._flusher.mark(self)
         else:
             self._wake.set()
-
-    def _cut_off(self) -> None:
-        # A watcher that cannot keep up is cut off, as the real watch cache does; the client
-        # resumes from the last revision it received. Its connection is aborted: a client
-        # that stopped reading would otherwise hold the stream's task forever.
-        self.close("watcher too slow: its queue is full")
-        if self.sink is not None:
-            self.sink.abort()
 
     def add_initial(self, frame: bytes) -> None:
         """Queue a frame of the initial state (not counted against the queue bound)."""
