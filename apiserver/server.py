@@ -182,7 +182,7 @@ def build_app(settings: ServerSettings) -> web.Application:
         if items == last_seen[0]:
             seen = last_seen[1]
         else:
-            seen = [event.seen if type_ == event.type else event.seen_as(type_) for type_, event, _ in items]
+            seen = [event.seen_as(type_) for type_, event, _ in items]
             last_seen[0], last_seen[1] = items, seen
         history.deliveries(component=component, instance=instance, watch=w.id, seen=seen)
 
