@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from apiserver.discovery import parse_accept
-from services.clock import format_time, parse_time
+from services.clock import format_time, time_or_none
 from services.kinds import Kind, Obj
 
 TABLE_API_VERSION: Final = "meta.k8s.io/v1"
@@ -94,16 +94,6 @@ def _int(value: Any) -> int:
     return 0
 
 
-def _time(value: Any) -> float | None:
-    """Seconds since the epoch of an RFC 3339 timestamp, None if absent or malformed."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return parse_time(value)
-    except ValueError:
-        return None
-
-
 # ---------------------------------------------------------------------------------------------
 # Durations, as kubectl prints them.
 
@@ -148,7 +138,7 @@ def human_duration(seconds: float) -> str:
 
 def _since(timestamp: Any, now: float) -> str:
     """The age of a timestamp field (`<unknown>` when unset), like kubectl's AGE column."""
-    t = _time(timestamp)
+    t = time_or_none(timestamp)
     return _UNKNOWN if t is None else human_duration(now - t)
 
 
@@ -373,7 +363,7 @@ def _terminated_reason(term: dict[str, Any], prefix: str = "") -> str:
 
 def _last_finished(status: dict[str, Any]) -> float | None:
     term = _dict(_dict(status.get("lastState")).get("terminated"))
-    return _time(term.get("finishedAt")) if term else None
+    return time_or_none(term.get("finishedAt")) if term else None
 
 
 def _later(a: float | None, b: float | None) -> float | None:
@@ -546,10 +536,10 @@ def _print_namespace(ns: Obj, now: float) -> Row:
 
 def _print_event(ev: Obj, now: float) -> Row:
     first = _since(ev.get("firstTimestamp"), now)
-    if _time(ev.get("firstTimestamp")) is None:
+    if time_or_none(ev.get("firstTimestamp")) is None:
         first = _since(ev.get("eventTime"), now)
     last = _since(ev.get("lastTimestamp"), now)
-    if _time(ev.get("lastTimestamp")) is None:
+    if time_or_none(ev.get("lastTimestamp")) is None:
         last = first
     count = _int(ev.get("count"))
     series = ev.get("series")
@@ -714,7 +704,7 @@ def _print_pdb(pdb: Obj, now: float) -> Row:
 
 def _print_default(obj: Obj, now: float) -> Row:
     meta = _dict(obj.get("metadata"))
-    created = _time(meta.get("creationTimestamp"))
+    created = time_or_none(meta.get("creationTimestamp"))
     return [_str(meta.get("name")), format_time(created) if created is not None else ""], None
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 from typing import Any, Final, Literal, Protocol
 
-from services.clock import format_time, parse_time
+from services.clock import format_time, time_or_none
 from services.kinds import Obj, meta, uid_of
 from services.podutil import taints_of
 
@@ -83,12 +83,7 @@ class IndexedStore(Store, Protocol):
 
 def ts(value: Any) -> float | None:
     """A Kubernetes timestamp as seconds, None if absent or unparsable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return parse_time(value)
-    except ValueError:
-        return None
+    return time_or_none(value)
 
 
 def now_str(now: float) -> str:

@@ -201,6 +201,16 @@ def parse_time(value: str) -> float:
     return dt.timestamp()
 
 
+def time_or_none(value: Any) -> float | None:
+    """Seconds since the epoch of a timestamp field as read from an object: None if absent or malformed."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
+
 def normalize_time(value: Any, *, micro: bool = False) -> Any:
     """Rewrite a client's timestamp in the canonical form; leave non-timestamps alone."""
     if not isinstance(value, str) or not value:

@@ -90,7 +90,7 @@ from scenarios import oracles
 from scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
 from scenarios.workloads import pod
 from services.client import ApiError
-from services.clock import parse_time
+from services.clock import time_or_none
 from services.kinds import EVENTS, NODES, PODS, Obj, labels_of, name_of, rv_of
 
 ZONE_A: Final = "zone-a"
@@ -130,15 +130,6 @@ def _tolerations(seconds: int | None) -> list[dict[str, Any]]:
 def _has_noexecute(node: Obj) -> bool:
     return any(t.get("effect") == "NoExecute" and t.get("key") in (UNREACHABLE, NOT_READY)
                for t in ((node.get("spec") or {}).get("taints") or ()))
-
-
-def _time(value: object) -> float | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return parse_time(value)
-    except ValueError:
-        return None
 
 
 def _float(value: object) -> float | None:
@@ -371,12 +362,12 @@ class Observer:
                     t = float(w["time"])
                     if f.crossed is None and _ready(v) == "Unknown" and (prev is None or _ready(prev) != "Unknown"):
                         f.crossed = t
-                        f.crossed_from = _time((oracles.condition(v, "Ready") or {}).get("lastTransitionTime"))
+                        f.crossed_from = time_or_none((oracles.condition(v, "Ready") or {}).get("lastTransitionTime"))
                     if f.tainted is None and _has_noexecute(v):
                         f.tainted = t
                         f.taint_added = min((x for tt in (v.get("spec") or {}).get("taints") or ()
                                              if tt.get("effect") == "NoExecute"
-                                             and (x := _time(tt.get("timeAdded"))) is not None), default=None)
+                                             and (x := time_or_none(tt.get("timeAdded"))) is not None), default=None)
                     elif f.tainted is not None and f.untainted is None and not _has_noexecute(v):
                         f.untainted = t
                 prev = v
@@ -385,7 +376,7 @@ class Observer:
             inv = e.get("involvedObject") or {}
             if e.get("reason") == "DeletingAllPods" and inv.get("kind") == "Node" and inv.get("name") in out:
                 f = out[str(inv["name"])]
-                t_ev = _time(e.get("eventTime")) or _time(e.get("firstTimestamp"))
+                t_ev = time_or_none(e.get("eventTime")) or time_or_none(e.get("firstTimestamp"))
                 if t_ev is not None and (f.evicted is None or t_ev < f.evicted):
                     f.evicted = t_ev
         # A monitor pass writes one node after the other (each crossing: its status, its pods'
