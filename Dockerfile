@@ -17,7 +17,7 @@ RUN set -eu; \
     if ls /src/.docker-cache/wheels/kubemesh-*.whl >/dev/null 2>&1; then \
         /opt/kubemesh/bin/pip install --no-index --find-links /src/.docker-cache/wheels kubemesh; \
     else \
-        /opt/kubemesh/bin/pip install /src; \
+        /opt/kubemesh/bin/pip install -c /src/constraints.txt /src; \
     fi; \
     /opt/kubemesh/bin/python -m compileall -q /opt/kubemesh/lib; \
     install -m 0755 /src/scripts/docker-entrypoint /opt/kubemesh/bin/kubemesh-entrypoint

@@ -1,4 +1,4 @@
-"""`python -m apiserver`: the kubemesh apiserver process."""
+"""`python -m kubemesh.apiserver`: the kubemesh apiserver process."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from apiserver.server import ServerSettings, serve
-from apiserver.watching import WatchSettings
+from kubemesh.apiserver.server import ServerSettings, serve
+from kubemesh.apiserver.watching import WatchSettings
 
 
 def parse_args(argv: list[str] | None = None) -> ServerSettings:
     """Command-line flags into settings."""
-    p = argparse.ArgumentParser(prog="python -m apiserver", description="kubemesh apiserver")
+    p = argparse.ArgumentParser(prog="python -m kubemesh.apiserver", description="kubemesh apiserver")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=6443, help="port to bind (default 6443)")
     p.add_argument("--data-dir", default=None, help="keep state in this directory (log + snapshots)")
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = parse_args(argv)
     factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     try:
-        import uvloop
+        import uvloop  # noqa: PLC0415 - optional (not on Windows): the stock loop works, only slower
         factory = uvloop.new_event_loop
     except ImportError:  # uvloop is optional: the stock loop works, only slower
         pass

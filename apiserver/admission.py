@@ -19,11 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from services.kinds import DAEMONSETS, DEPLOYMENTS, NAMESPACES, PODS, REPLICASETS, Kind, Obj
+from kubemesh.services.model.kinds import DAEMONSETS, DEPLOYMENTS, NAMESPACES, PODS, REPLICASETS, Kind, Obj
+from kubemesh.services.model.wellknown import TAINT_NOT_READY, TAINT_UNREACHABLE
 
 DEFAULT_TOLERATION_SECONDS: Final = 300
-NOT_READY_TAINT: Final = "node.kubernetes.io/not-ready"
-UNREACHABLE_TAINT: Final = "node.kubernetes.io/unreachable"
+NOT_READY_TAINT: Final = TAINT_NOT_READY
+UNREACHABLE_TAINT: Final = TAINT_UNREACHABLE
 
 SYSTEM_PRIORITY_CLASSES: Final[dict[str, int]] = {
     "system-node-critical": 2_000_001_000,

@@ -1,6 +1,6 @@
 """Discovery documents: `/version`, `/api`, `/apis`, `/apis/{g}`, `/api/v1`, `/apis/{g}/{v}`.
 
-Every document is generated from `services.kinds.KINDS`, never hand-listed, so adding a kind
+Every document is generated from `kubemesh.services.model.kinds.KINDS`, never hand-listed, so adding a kind
 there adds it to discovery. The documents cannot change while the process runs: each is built once and
 cached, and the same dict is returned to every caller. Callers serialise it and must not
 mutate it.
@@ -37,7 +37,7 @@ import functools
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from services.kinds import KINDS, Kind, Obj, Subresource, group_versions
+from kubemesh.services.model.kinds import KINDS, Kind, Obj, Subresource, group_versions
 
 SERVER_MAJOR: Final = "1"
 SERVER_MINOR: Final = "30"

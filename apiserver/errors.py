@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.kinds import Kind, Obj
+from kubemesh.services.model.kinds import Kind, Obj
 
 
 class StatusError(Exception):

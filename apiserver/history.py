@@ -11,11 +11,11 @@ Record types (all records have `index`, `time` (cluster seconds) and `type`):
   `code`, `latency` (wall seconds);
 * `write`: `component`, `instance`, `resource`, `event` (ADDED/MODIFIED/DELETED), `key`, `rv`;
 * `delivery`: `component`, `instance`, `watch` (watcher id), `resource`, `event`, `key`, `rv`;
-* `fault`: `op` (create, inject, recover, update, delete, trigger), `fault`, `outcome`
-  (ok, fail, info: Jepsen's vocabulary; info = outcome unknown), `detail`.
+* `fault`: `op` (create, trigger, inject, recover, update, end, delete), `fault`, `faultType`,
+  `outcome` (ok, fail, info: Jepsen's vocabulary; info = outcome unknown), `detail`.
 
-Subscribers (`subscribe`) are called synchronously with each record; the chaos triggers
-use this to fire the moment a component has been delivered or has written an event.
+Subscribers (`subscribe`) are called synchronously with each record (tools in the same
+process; the chaos triggers see writes and deliveries first-hand, not through here).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextvars import ContextVar
 from typing import Any, Final
 
-from services.clock import Clock
+from kubemesh.services.machinery.clock import Clock
 
 Record = dict[str, Any]
 Subscriber = Callable[[Record], None]

@@ -9,7 +9,7 @@ declares a `fieldValidation` query parameter; when it finds one it skips client-
 validation and sends `?fieldValidation=Strict` to the server instead.
 
 So these documents hold exactly that: one path per kind that supports `patch` in
-`services.kinds.KINDS` (`.../{plural}/{name}`), whose PATCH operation has the GVK extension and
+`kubemesh.services.model.kinds.KINDS` (`.../{plural}/{name}`), whose PATCH operation has the GVK extension and
 the `fieldValidation` parameter. They carry no schemas on purpose: with no schema for a kind,
 `kubectl apply` takes its strategic-merge metadata from the types compiled into kubectl, which
 are complete; a partial schema here would make it compute wrong patches. `kubectl explain`
@@ -29,8 +29,8 @@ from typing import Final
 
 import orjson
 
-from apiserver.discovery import SERVER_VERSION, served_group_versions
-from services.kinds import KINDS, Kind, Obj
+from kubemesh.apiserver.discovery import SERVER_VERSION, served_group_versions
+from kubemesh.services.model.kinds import KINDS, Kind, Obj
 
 OPENAPI_V2_CONTENT_TYPE: Final = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 """Content-Type of `/openapi/v2` (kubectl asks for `...spec.v2@v1.0+protobuf`; answer with this)."""

@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from services.kinds import Kind, Obj
+from kubemesh.services.model.kinds import Kind, Obj
 
 __all__ = [
     "MERGE_RULES",

@@ -26,29 +26,30 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from apiserver import admission, errors
-from apiserver.patching import (
+from kubemesh.apiserver import admission, errors
+from kubemesh.apiserver.patching import (
     PatchError,
     apply_json_patch,
     apply_merge_patch,
     apply_server_side_apply,
     apply_strategic_merge_patch,
 )
-from apiserver.storage import Store
-from apiserver.validation import unknown_fields, validate_name, validate_object
-from services.clock import Clock, format_micro_time, format_time, parse_time
-from services.kinds import (
+from kubemesh.apiserver.storage import Store
+from kubemesh.apiserver.validation import unknown_fields, validate_name, validate_object
+from kubemesh.services.machinery.clock import Clock, format_micro_time, format_time, parse_time
+from kubemesh.services.model.kinds import (
     DEPLOYMENTS,
     NAMESPACES,
     PODDISRUPTIONBUDGETS,
     PODS,
     PRIORITYCLASSES,
     REPLICASETS,
+    STORED_KINDS,
     Kind,
     Obj,
     labels_of,
 )
-from services.selectors import FieldSelector, LabelSelector, SelectorError, label_selector_from_dict
+from kubemesh.services.model.selectors import FieldSelector, LabelSelector, SelectorError, label_selector_from_dict
 
 _NAME_CHARS: Final = "bcdfghjklmnpqrstvwxz2456789"
 _IMMUTABLE_META: Final = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
@@ -398,7 +399,6 @@ class Registry:
 
     @staticmethod
     def _namespaced_kinds() -> list[Kind]:
-        from services.kinds import STORED_KINDS
         return [k for k in STORED_KINDS if k.namespaced]
 
     def delete_collection(self, kind: Kind, namespace: str | None, *, labels: LabelSelector | None,

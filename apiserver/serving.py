@@ -23,13 +23,13 @@ import yaml
 from aiohttp import HttpVersion11, web
 from aiohttp.abc import AbstractStreamWriter
 
-from apiserver import discovery, errors, openapi, tables
-from apiserver.registry import DeleteOptions, Registry, WriteOptions
-from apiserver.watching import WatchHub, encode_event
-from services import codec
-from services.codec import Encoding
-from services.kinds import BINDINGS, PODS, Kind, Obj, lookup
-from services.selectors import (
+from kubemesh.apiserver import discovery, errors, openapi, tables
+from kubemesh.apiserver.registry import DeleteOptions, Registry, WriteOptions
+from kubemesh.apiserver.watching import WatchHub, encode_event
+from kubemesh.services.model import codec
+from kubemesh.services.model.codec import Encoding
+from kubemesh.services.model.kinds import BINDINGS, PODS, Kind, Obj, lookup
+from kubemesh.services.model.selectors import (
     FieldSelector,
     LabelSelector,
     SelectorError,
@@ -54,8 +54,6 @@ VERB: Final = web.RequestKey("kubemesh_verb", str)
 """The request's Kubernetes verb, once the resource handler has worked it out (the history reads it)."""
 RESOURCE: Final = web.RequestKey("kubemesh_resource", str)
 """The resource (plural) a request on a resource path names, once resolved (the metrics read it)."""
-REGISTRY: Final = web.AppKey("registry", Registry)
-HUB: Final = web.AppKey("hub", WatchHub)
 
 
 @dataclass(frozen=True, slots=True)
@@ -577,20 +575,21 @@ class Api:
             await resp.write_eof()
         return resp
 
-    def render_written(self, request: web.Request, obj: Obj, *, status: int = 200,
+    def render_written(self, request: web.Request, kind: Kind, obj: Obj, *, status: int = 200,
                        warnings: list[str] | None = None) -> web.Response:
         """The response to a write: the object it stored, in the very bytes its watchers get.
 
-        Right after a write that changed something, `obj` is the object of the hub's latest
-        event (no await comes in between), so the object is serialised once per encoding for
-        the response and every watch frame together. A no-op update, a dry run or a delete
-        that only marked the object returns another dict and is encoded on its own.
+        The write's watch event is found by the object's revision (`WatchHub.event_at`), so the
+        object is serialised once per encoding for the response and every watch frame together.
+        A no-op update, a dry run or a delete that only marked the object returns another dict
+        (no event carries it) and is encoded on its own.
         """
-        event = self.hub.last_event
+        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        event = self.hub.event_at(kind, int(rv)) if rv.isdigit() else None
         if event is None or event.obj is not obj:
             return render(request, obj, status=status, warnings=warnings)
         enc = response_encoding(request)
-        request[RESPONSE_RV] = str(event.rv)
+        request[RESPONSE_RV] = rv
         return _response(event.body(enc), enc, status=status, warnings=warnings)
 
     async def create(self, request: web.Request, t: Target) -> web.Response:
@@ -598,7 +597,7 @@ class Api:
         body, _ = await read_body(request)
         warnings: list[str] = []
         obj = self.registry.create(t.kind, t.namespace, body, write_options(request), warnings=warnings)
-        return self.render_written(request, obj, status=201, warnings=warnings)
+        return self.render_written(request, t.kind, obj, status=201, warnings=warnings)
 
     async def create_binding(self, request: web.Request, t: Target) -> web.Response:
         """POST /namespaces/{ns}/bindings (the older form of pods/binding)."""
@@ -616,7 +615,7 @@ class Api:
         warnings: list[str] = []
         obj = self.registry.update(t.kind, t.namespace, t.name, body, write_options(request), subresource=sub,
                                    warnings=warnings)
-        return self.render_written(request, obj, warnings=warnings)
+        return self.render_written(request, t.kind, obj, warnings=warnings)
 
     async def patch(self, request: web.Request, t: Target, *, sub: str | None = None) -> web.Response:
         """PATCH with merge, strategic merge, JSON patch or server-side apply."""
@@ -631,7 +630,7 @@ class Api:
         warnings: list[str] = []
         obj, created = self.registry.patch(t.kind, t.namespace, t.name, body, patch_type, write_options(request),
                                            subresource=sub, warnings=warnings)
-        return self.render_written(request, obj, status=201 if created else 200, warnings=warnings)
+        return self.render_written(request, t.kind, obj, status=201 if created else 200, warnings=warnings)
 
     async def delete(self, request: web.Request, t: Target) -> web.Response:
         """DELETE one object (graceful for bound pods)."""
@@ -639,7 +638,7 @@ class Api:
         body, _ = await read_body(request)
         opts = DeleteOptions.from_obj(body, dict(request.query))
         obj = self.registry.delete(t.kind, t.namespace, t.name, opts)
-        return self.render_written(request, obj)
+        return self.render_written(request, t.kind, obj)
 
     async def delete_collection(self, request: web.Request, t: Target) -> web.Response:
         """DELETE on a collection."""

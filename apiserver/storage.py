@@ -25,7 +25,7 @@ from typing import Any, Final, Literal, Protocol
 
 import orjson
 
-from services.kinds import KINDS, PODS, STORED_KINDS, Kind, Obj, key_of
+from kubemesh.services.model.kinds import KINDS, PODS, STORED_KINDS, Kind, Obj, key_of
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 

@@ -32,9 +32,9 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from apiserver.discovery import parse_accept
-from services.clock import format_time, time_or_none
-from services.kinds import Kind, Obj
+from kubemesh.apiserver.discovery import parse_accept
+from kubemesh.services.machinery.clock import format_time, time_or_none
+from kubemesh.services.model.kinds import Kind, Obj
 
 TABLE_API_VERSION: Final = "meta.k8s.io/v1"
 INCLUDE_OBJECT_POLICIES: Final = ("None", "Metadata", "Object")

@@ -32,8 +32,8 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Final, TypedDict
 
-from services.kinds import Kind, Obj
-from services.selectors import (
+from kubemesh.services.model.kinds import Kind, Obj
+from kubemesh.services.model.selectors import (
     LabelSelector,
     SelectorError,
     label_selector_from_dict,

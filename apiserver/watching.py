@@ -47,12 +47,11 @@ import msgpack
 import orjson
 import structlog
 
-from apiserver import tables
-from apiserver.history import Seen
-from apiserver.storage import EventType, Store
-from services.codec import Encoding
-from services.kinds import PODS, STORED_KINDS, Kind, Obj, labels_of, namespace_of
-from services.selectors import FieldSelector, LabelSelector
+from kubemesh.apiserver.history import Seen
+from kubemesh.apiserver.storage import EventType, Store
+from kubemesh.services.model.codec import Encoding
+from kubemesh.services.model.kinds import PODS, STORED_KINDS, Kind, Obj, labels_of, namespace_of
+from kubemesh.services.model.selectors import FieldSelector, LabelSelector
 
 
 @dataclass(slots=True, eq=False)
@@ -179,6 +178,9 @@ Deliver = Callable[["Watcher", Sequence[Item]], None]
 """Called with the items of each write, in order, at the moment their frames are handed to the
 connection."""
 
+TableRow = Callable[[Kind, Obj], Obj]
+"""An object as the one-row Table a table watch sends (kubectl's `get -w`)."""
+
 
 class Sink(Protocol):
     """A watch connection written to synchronously (the direct path)."""
@@ -283,15 +285,17 @@ class Watcher:
     """One watch stream: its selection, its queue and its writer side."""
 
     def __init__(self, *, kind: Kind, namespace: str | None, labels: LabelSelector | None,
-                 fields: FieldSelector | None, encoding: Encoding, table: bool, bookmarks: bool,
+                 fields: FieldSelector | None, encoding: Encoding, bookmarks: bool,
                  identity: tuple[str, str], settings: WatchSettings, now: Callable[[], float],
-                 revision: Callable[[], int], flusher: Flusher | None = None) -> None:
+                 revision: Callable[[], int], flusher: Flusher | None = None,
+                 table_row: TableRow | None = None) -> None:
         self.kind = kind
         self.namespace = namespace or None
         self.labels = labels if labels is not None and not labels.empty else None
         self.fields = fields if fields is not None and not fields.empty else None
-        self.encoding: Encoding = "json" if table else encoding
-        self.table = table
+        self.encoding: Encoding = "json" if table_row is not None else encoding
+        self.table_row = table_row
+        """For kubectl's `get -w`: each object as a Table row (JSON only); None sends the objects."""
         self.bookmarks = bookmarks
         self.identity = identity
         self.settings = settings
@@ -407,9 +411,9 @@ class Watcher:
 
     def _frame(self, item: Item) -> bytes:
         type_, event, use_prev = item
-        if self.table:
+        if self.table_row is not None:
             obj = event.object_for(use_prev=use_prev)
-            return encode_event(type_, tables.watch_event_table(self.kind, obj, now=self._now()), "json")
+            return encode_event(type_, self.table_row(self.kind, obj), "json")
         return event.frame(type_, self.encoding, use_prev=use_prev)
 
     @property
@@ -459,7 +463,7 @@ class Watcher:
         self.delivered += len(items)
         if self.on_deliver is not None:
             self.on_deliver(self, items)
-        if self.table:
+        if self.table_row is not None:
             return b"".join([self._frame(item) for item in items])
         enc = self.encoding
         memo = self._flusher.memo if in_flush and self._flusher is not None else None
@@ -542,8 +546,15 @@ class Watcher:
 class WatchHub:
     """The event windows of every kind and the registry of live watchers."""
 
-    def __init__(self, *, store: Store, now: Callable[[], float], settings: WatchSettings | None = None) -> None:
+    def __init__(self, *, store: Store, now: Callable[[], float], settings: WatchSettings | None = None,
+                 table_row: TableRow | None = None) -> None:
+        """A hub over `store`; subscribe `publish` to the store (the assembly orders the publishers).
+
+        `table_row` turns an object into the Table row that table watches send (kubectl's
+        `get -w`); without it a table watch gets the plain objects.
+        """
         self.store = store
+        self._table_row = table_row
         self.settings = settings or WatchSettings()
         self._now = now
         self.windows: dict[Kind, deque[Event]] = {k: deque() for k in STORED_KINDS}
@@ -555,9 +566,6 @@ class WatchHub:
         """Called for every new watcher before it is offered anything live (chaos attaches taps)."""
         self.on_deliver: Deliver | None = None
         self.flusher = Flusher(interval=self.settings.flush_interval)
-        self.last_event: Event | None = None
-        """The event of the latest write: the write's response reuses its encoded object."""
-        store.subscribe(self.publish)
 
     @property
     def watchers(self) -> list[Watcher]:
@@ -569,7 +577,6 @@ class WatchHub:
     def publish(self, kind: Kind, type_: EventType, obj: Obj, prev: Obj | None, rv: int) -> None:
         """Record a write in the kind's window and offer it to the watchers that may match."""
         event = Event(type=type_, kind=kind, obj=obj, prev=prev, rv=rv)
-        self.last_event = event
         window = self.windows[kind]
         window.append(event)
         if len(window) > self.settings.window:
@@ -592,8 +599,9 @@ class WatchHub:
               encoding: Encoding, table: bool, bookmarks: bool, identity: tuple[str, str]) -> Watcher:
         """Open a watcher; raises ValueError (410) when the revision is outside the window."""
         w = Watcher(kind=kind, namespace=namespace, labels=labels, fields=fields, encoding=encoding,
-                    table=table, bookmarks=bookmarks, identity=identity, settings=self.settings,
-                    now=self._now, revision=lambda: self.store.revision, flusher=self.flusher)
+                    bookmarks=bookmarks, identity=identity, settings=self.settings, now=self._now,
+                    revision=lambda: self.store.revision, flusher=self.flusher,
+                    table_row=self._table_row if table else None)
         w.on_deliver = self.on_deliver
         for hook in self.on_watcher:
             hook(w)
@@ -603,9 +611,8 @@ class WatchHub:
             # can fall between the synthetic ADDED events and the live ones.
             objects = self._initial_objects(kind, namespace=namespace, fields=fields)
             for obj in sorted((o for o in objects if w.matches(o)), key=_sort_key):
-                if table:
-                    w.add_initial(encode_event("ADDED", tables.watch_event_table(kind, obj, now=self._now()),
-                                               "json"))
+                if w.table_row is not None:
+                    w.add_initial(encode_event("ADDED", w.table_row(kind, obj), "json"))
                 else:
                     w.add_initial(encode_event("ADDED", obj, w.encoding))
             if send_initial_events:
@@ -638,6 +645,22 @@ class WatchHub:
             self._by_node.setdefault(node, set()).add(w)
         else:
             self._general[w.kind].add(w)
+
+    def event_at(self, kind: Kind, rv: int) -> Event | None:
+        """The event a write at revision `rv` published (None when it left the window or was never one).
+
+        A write's response looks its event up by its revision to reuse the encoded object; the
+        newest event of the kind is that write's unless another write of the kind came after.
+        """
+        window = self.windows.get(kind)
+        if not window:
+            return None
+        if window[-1].rv == rv:
+            return window[-1]
+        for event in reversed(window):
+            if event.rv <= rv:
+                return event if event.rv == rv else None
+        return None
 
     def unregister(self, w: Watcher) -> None:
         """Forget a watcher whose stream ended."""

@@ -30,6 +30,9 @@ from typing import Any, Final, cast
 import msgpack
 import orjson
 
+from kubemesh.services.mesh.state import free_port
+from kubemesh.services.model.kinds import PODS
+
 BENCH_DIR: Final = Path(__file__).resolve().parent
 REPO: Final = BENCH_DIR.parent
 RESULTS_DIR: Final = BENCH_DIR / "results"
@@ -47,11 +50,11 @@ SENT_KEY: Final = "bench.kubemesh.io/sent"
 SENT_SLOT: Final = "SSSSSSSSSSSSSSSSS"
 """Fixed-width placeholder for a send wall time formatted as `%17.6f` (seconds since the epoch)."""
 
-# The apiserver as shipped (`python -m apiserver`), and the same server built with
+# The apiserver as shipped (`python -m kubemesh.apiserver`), and the same server built with
 # history_deliveries=False (the per-delivery history records off), to show their cost.
 APISERVER_NO_DELIVERIES_SNIPPET: Final = """
 import asyncio, sys
-from apiserver.server import ServerSettings, serve
+from kubemesh.apiserver.server import ServerSettings, serve
 try:
     import uvloop
     factory = uvloop.new_event_loop
@@ -113,14 +116,6 @@ def format_sent(t: float) -> bytes:
 # ---------------------------------------------------------------------------------- processes
 
 
-def free_port() -> int:
-    """A loopback port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def server_cores() -> tuple[set[int] | None, set[int] | None]:
     """(cores for the server under test, cores for the load), or (None, None) when not pinning."""
     try:
@@ -180,7 +175,8 @@ class ServerProcess:
         """Start `apiserver`, `apiserver-nodeliveries` or `bare` on a free port and wait for /readyz."""
         port = free_port()
         if kind == "apiserver":
-            cmd = [PYTHON, "-m", "apiserver", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+            cmd = [PYTHON, "-m", "kubemesh.apiserver", "--host", "127.0.0.1", "--port", str(port),
+                   "--log-level", "warning"]
         elif kind == "apiserver-nodeliveries":
             cmd = [PYTHON, "-c", APISERVER_NO_DELIVERIES_SNIPPET, str(port)]
         elif kind == "bare":
@@ -252,7 +248,7 @@ def run_loop(coro_fn: Callable[[], Any]) -> Any:
     """Run a coroutine function on uvloop when available."""
     factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     with contextlib.suppress(ImportError):
-        import uvloop
+        import uvloop  # noqa: PLC0415 - optional (not on Windows): the stock loop works, only slower
         factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(coro_fn())
@@ -514,7 +510,6 @@ class PodWatch:
         self.task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
-        from services.kinds import PODS
 
         while True:
             with contextlib.suppress(Exception):

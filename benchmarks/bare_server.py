@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import signal
 import sys
 from collections import deque
 from collections.abc import Callable
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     with contextlib.suppress(ImportError):
-        import uvloop
+        import uvloop  # noqa: PLC0415 - optional (not on Windows): the stock loop works, only slower
         factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(_serve(a.host, a.port))
@@ -231,7 +232,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _serve(host: str, port: int) -> None:
-    import signal
     runner = web.AppRunner(build_app(), handle_signals=False, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)

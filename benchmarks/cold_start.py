@@ -1,6 +1,6 @@
 """Cold start: wall seconds from launching `kubemesh up --nodes 3` to every node Ready.
 
-Each run starts `python -m services.cli up` in a fresh state directory and stops the clock when
+Each run starts `python -m kubemesh.services.tools.cli up` in a fresh state directory and stops the clock when
 it prints that every node is Ready (the launcher's own figure, from its start, is recorded too;
 the components' registration with the apiserver is not waited for: the measure is nodes Ready).
 Every run also measures `--eager` (components started together with the apiserver).
@@ -51,7 +51,7 @@ async def one_cold_start(nodes: int, extra: list[str], limit: float) -> dict[str
     with tempfile.TemporaryDirectory(prefix="kubemesh-bench-") as state:
         t0 = time.perf_counter()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "services.cli", "up", "--nodes", str(nodes), "--state-dir", state,
+            sys.executable, "-m", "kubemesh", "up", "--nodes", str(nodes), "--state-dir", state,
             "--no-wait-registered", *extra,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -3,7 +3,7 @@
 For each kubelet pod start delay of `--start-delays` (the kubelet's default, 1 cluster second
 in ContainerCreating, and 0, its minimum), in one run:
 
-1. start a whole mesh with `services.launching.Mesh` (`MeshSpec(nodes=100, clock_rate=1)`:
+1. start a whole mesh with `kubemesh.services.mesh.launching.Mesh` (`MeshSpec(nodes=100, clock_rate=1)`:
    apiserver, one kubelet process hosting the 100 nodes, scheduler, controller-manager; TLS and
    a token as shipped) and wait for every node Ready;
 2. open a watch on the namespace's pods (msgpack), then create a Deployment of `--replicas`
@@ -44,10 +44,10 @@ from typing import Any, Final
 from _common import PodWatch, machine, percentile, run_loop, table, write_results
 from kubelet_capacity import CpuWindow, Profiler, count_log_levels, print_profile
 
-from services.client import AlreadyExistsError, ApiClient
-from services.clock import ClusterClock, parse_time
-from services.kinds import DEPLOYMENTS, NAMESPACES, PODS
-from services.launching import Mesh, MeshSpec
+from kubemesh.services.machinery.client import AlreadyExistsError, ApiClient
+from kubemesh.services.machinery.clock import ClusterClock, parse_time
+from kubemesh.services.mesh.launching import Mesh, MeshSpec
+from kubemesh.services.model.kinds import DEPLOYMENTS, NAMESPACES, PODS
 
 NAMESPACE: Final = "bench"
 SLO_P99_S: Final = 5.0

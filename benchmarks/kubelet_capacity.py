@@ -3,8 +3,8 @@
 For each step N (1,000, 2,500, 5,000, 10,000 by default; stepping stops at the first step
 that fails), in one run on one machine:
 
-1. start the apiserver (`python -m apiserver`, clock rate 1) and one kubelet
-   (`python -m kubelet --nodes N`, `--pod-watch per-node` by default: one pod watch per node,
+1. start the apiserver (`python -m kubemesh.apiserver`, clock rate 1) and one kubelet
+   (`python -m kubemesh.kubelet --nodes N`, `--pod-watch per-node` by default: one pod watch per node,
    as real kubelets do), each in its own process; no scheduler or controller-manager;
 2. **registration**: wall seconds from the kubelet's start until its `/readyz` passes (every
    node registered) and until every node's Lease exists, with both processes' CPU meanwhile;
@@ -44,6 +44,7 @@ import collections
 import contextlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -60,7 +61,6 @@ from _common import (
     REPO,
     ServerProcess,
     child_env,
-    free_port,
     machine,
     percentile,
     pin,
@@ -71,9 +71,10 @@ from _common import (
     write_results,
 )
 
-from services.client import ApiClient
-from services.clock import ClusterClock
-from services.kinds import LEASES
+from kubemesh.services.machinery.client import ApiClient
+from kubemesh.services.machinery.clock import ClusterClock
+from kubemesh.services.mesh.state import free_port
+from kubemesh.services.model.kinds import LEASES
 
 STEPS: Final = (1000, 2500, 5000, 10000)
 LEASE_NAMESPACE: Final = "kube-node-lease"
@@ -111,7 +112,6 @@ def open_fds(pid: int) -> int:
 def nofile_limit() -> tuple[int, int]:
     """This process's RLIMIT_NOFILE (soft, hard); the components inherit it."""
     try:
-        import resource
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         return soft, hard
     except (ImportError, OSError, ValueError):

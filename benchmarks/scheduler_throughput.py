@@ -4,12 +4,12 @@ For each node count (`--nodes`, 1,000 and 5,000) and each pod kind (`plain`, and
 required pod anti-affinity on `kubernetes.io/hostname` against the pod's own group, with
 `--groups` groups so that it is satisfiable: at most one pod of a group per node), in one run:
 
-1. start a fresh apiserver (`python -m apiserver`) and create the N Nodes directly through the
+1. start a fresh apiserver (`python -m kubemesh.apiserver`) and create the N Nodes directly through the
    API (Ready, 8 CPUs / 32 GiB / 110 pods allocatable, the kubelet's labels); no kubelet runs,
    so pods stay bound but never run, which is all scheduling throughput needs;
 2. open a watch on the benchmark's namespace (msgpack), then, per mode:
    * `streaming` (default, as scheduler_perf measures it): start the scheduler
-     (`python -m scheduler`), wait for its `/readyz` (informers synced), then create M pods
+     (`python -m kubemesh.scheduler`), wait for its `/readyz` (informers synced), then create M pods
      (`--pods`, 2,000) over `--concurrency` keep-alive connections as fast as the apiserver
      takes them, while the scheduler binds them;
    * `backlog`: create the M pods first, then start the scheduler: the throughput of
@@ -52,7 +52,6 @@ import aiohttp
 from _common import (
     PodWatch,
     ServerProcess,
-    free_port,
     machine,
     percentile,
     run_loop,
@@ -70,8 +69,9 @@ from kubelet_capacity import (
     wait_http_ok,
 )
 
-from services.client import AlreadyExistsError, ApiClient
-from services.kinds import NAMESPACES, NODES, PODS
+from kubemesh.services.machinery.client import AlreadyExistsError, ApiClient
+from kubemesh.services.mesh.state import free_port
+from kubemesh.services.model.kinds import NAMESPACES, NODES, PODS
 
 NAMESPACE: Final = "bench"
 KINDS: Final = ("plain", "anti-affinity")

@@ -54,11 +54,11 @@ from typing import Any, Final, TypeVar
 import aiohttp
 from _common import RESULTS_DIR, machine, run_loop
 
-from services.chaos_client import Chaos
-from services.client import ApiClient
-from services.clock import ClusterClock, parse_time
-from services.kinds import NODES, Obj
-from services.launching import Mesh, MeshSpec, auth_headers
+from kubemesh.services.machinery.client import ApiClient
+from kubemesh.services.machinery.clock import ClusterClock, parse_time
+from kubemesh.services.mesh.chaos_client import Chaos
+from kubemesh.services.mesh.launching import Mesh, MeshSpec
+from kubemesh.services.model.kinds import NODES, Obj
 
 T = TypeVar("T")
 
@@ -245,8 +245,8 @@ async def with_run(*, nodes: int, zones: tuple[str, ...], rate: float,
         started = time.monotonic() - t0
         cm = next(p for p in mesh.processes if p.component == "controller_manager")
         assert cm.url, "the controller-manager registered no admin URL"
-        chaos = Chaos(mesh.apiserver_url, mesh.token, ca_file=str(mesh.ca_path) if mesh.ca_path else None)
-        async with aiohttp.ClientSession(headers=auth_headers(mesh.token),
+        chaos = mesh.chaos
+        async with aiohttp.ClientSession(headers=mesh.endpoint.headers(component="bench"),
                                          timeout=aiohttp.ClientTimeout(total=10)) as http:
             run = Run(mesh=mesh, client=client, chaos=chaos, http=http,
                       clock=ClusterClock.from_document(await client.get_clock()), cm_url=cm.url.rstrip("/"))

@@ -1,6 +1,6 @@
-"""`python -m controller_manager`: the emulated kube-controller-manager.
+"""`python -m kubemesh.controller_manager`: the emulated kube-controller-manager.
 
-Usage: `python -m controller_manager --apiserver URL [--controllers node-lifecycle,...]
+Usage: `python -m kubemesh.controller_manager --apiserver URL [--controllers node-lifecycle,...]
 [--profile 1.7|1.13|1.15|1.28|current] [--bugs legacy-pod-eviction,no-out-of-service-gc]
 [--leader-elect] [--node-monitor-grace-period 40s] ...` (`--help` lists every flag).
 """
@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from controller_manager.running import add_arguments, run
-from services import component
+from kubemesh.controller_manager.running import add_arguments, run
+from kubemesh.services.process import component
 
 
 def main() -> int:
     """Run the controller-manager in the shared component runtime; the process exit code."""
-    parser = argparse.ArgumentParser(prog="python -m controller_manager",
+    parser = argparse.ArgumentParser(prog="python -m kubemesh.controller_manager",
                                      description="kubemesh kube-controller-manager")
     add_arguments(parser)
     return component.main(component="controller_manager", run=run, parser=parser)

@@ -3,7 +3,7 @@
 One informer per kind, shared by every controller of the process (as upstream's
 SharedInformerFactory); handlers only enqueue keys; workers reconcile from the caches. The
 informers start before leader election (warm caches); the controllers run only while this
-instance leads (`--leader-elect`, `services.electing` on `kube-system/kube-controller-manager`),
+instance leads (`--leader-elect`, `kubemesh.services.machinery.electing` on `kube-system/kube-controller-manager`),
 so a second controller-manager waits and takes over when the first dies or stalls past the
 lease duration. A leader that cannot renew in time stops its controllers and `lead` raises
 `LeadershipLost`: the process then exits non-zero, as kube-controller-manager does, and its
@@ -21,22 +21,23 @@ from typing import Any
 
 import structlog
 
-from controller_manager.daemonset import DaemonSetController
-from controller_manager.deployment import DeploymentController
-from controller_manager.garbagecollector import GarbageCollector
-from controller_manager.nodelifecycle import NODE_LEASE_NAMESPACE, NodeLifecycleController
-from controller_manager.objects import index_by_namespace, index_by_node, index_by_owner, index_by_uid
-from controller_manager.podgc import PodGC
-from controller_manager.replicaset import ReplicaSetController
-from controller_manager.settings import ControllerManagerSettings
-from controller_manager.tainteviction import TaintEvictionController
-from services.client import ApiClient
-from services.clock import Clock
-from services.electing import LeaderElectionSettings, LeaderElector, LeadershipLost, process_identity
-from services.eventing import EventRecorder
-from services.informing import DeletedFinalStateUnknown, Informer
-from services.kinds import DAEMONSETS, DEPLOYMENTS, LEASES, NODES, PODS, REPLICASETS, Kind, Obj, key_of
-from services.queueing import WorkQueue, run_workers
+from kubemesh.controller_manager.daemonset import DaemonSetController
+from kubemesh.controller_manager.deployment import DeploymentController
+from kubemesh.controller_manager.garbagecollector import GarbageCollector
+from kubemesh.controller_manager.nodelifecycle import NODE_LEASE_NAMESPACE, NodeLifecycleController
+from kubemesh.controller_manager.objects import index_by_namespace, index_by_node, index_by_owner, index_by_uid
+from kubemesh.controller_manager.podgc import PodGC
+from kubemesh.controller_manager.replicaset import ReplicaSetController
+from kubemesh.controller_manager.settings import ControllerManagerSettings
+from kubemesh.controller_manager.tainteviction import TaintEvictionController
+from kubemesh.services.machinery.client import ApiClient
+from kubemesh.services.machinery.clock import Clock
+from kubemesh.services.machinery.electing import LeaderElectionSettings, LeaderElector, LeadershipLost, process_identity
+from kubemesh.services.machinery.eventing import EventRecorder
+from kubemesh.services.machinery.informing import DeletedFinalStateUnknown, Informer
+from kubemesh.services.machinery.queueing import WorkQueue, run_workers
+from kubemesh.services.model.kinds import DAEMONSETS, DEPLOYMENTS, LEASES, NODES, PODS, REPLICASETS, Kind, Obj, key_of
+from kubemesh.services.process.chaospoints import ChaosPoints
 
 _log = structlog.get_logger("controller_manager")
 
@@ -66,6 +67,8 @@ class ControllerManager:
     settings: ControllerManagerSettings
     bugs: frozenset[str]
     instance: str
+    points: ChaosPoints = field(default_factory=ChaosPoints)
+    """The process's chaos points, handed to the controllers that declare some."""
     informers: dict[str, Informer] = field(default_factory=dict)
     queues: dict[str, WorkQueue[Any]] = field(default_factory=dict)
     recorder: EventRecorder | None = None
@@ -173,7 +176,7 @@ class ControllerManager:
             self.nodelifecycle = NodeLifecycleController(
                 api=self.client, nodes=inf["nodes"], pods=inf["pods"], leases=inf["leases"], clock=self.clock,
                 settings=s.node_lifecycle, recorder=rec.for_component("node-controller"),
-                legacy="legacy-pod-eviction" in self.bugs)
+                legacy="legacy-pod-eviction" in self.bugs, points=self.points)
             tasks.append(self.nodelifecycle.run())
 
         if s.enabled("taint-eviction"):
@@ -195,7 +198,7 @@ class ControllerManager:
                                        clock=self.clock, rng=self.rng,
                                        recorder=rec.for_component("replicaset-controller"),
                                        burst_replicas=s.workloads.burst_replicas,
-                                       expectations_ttl=s.workloads.expectations_ttl)
+                                       expectations_ttl=s.workloads.expectations_ttl, points=self.points)
             rq = queue("replicaset")
             rsc.enqueue = rq.add
             self._on("replicasets", on_add=lambda o, _i: rq.add(key_of(o)),

@@ -23,16 +23,10 @@ from typing import Any
 
 import structlog
 
-from controller_manager.expectations import Expectations
-from controller_manager.objects import (
+from kubemesh.controller_manager.expectations import Expectations
+from kubemesh.controller_manager.objects import (
     NO_EXECUTE,
     NO_SCHEDULE,
-    TAINT_DISK_PRESSURE,
-    TAINT_MEMORY_PRESSURE,
-    TAINT_NOT_READY,
-    TAINT_PID_PRESSURE,
-    TAINT_UNREACHABLE,
-    TAINT_UNSCHEDULABLE,
     Api,
     IndexedStore,
     Store,
@@ -43,13 +37,21 @@ from controller_manager.objects import (
     node_name_of,
     phase,
 )
-from controller_manager.replicaset import pod_from_template, random_suffix, selector_of
-from services.client import NotFoundError
-from services.clock import Clock
-from services.eventing import ComponentRecorder
-from services.kinds import DAEMONSETS, PODS, Obj, key_of, labels_of, meta, name_of, namespace_of, uid_of
-from services.podutil import taints_of, tolerates_all
-from services.queueing import Result
+from kubemesh.controller_manager.replicaset import pod_from_template, random_suffix, selector_of
+from kubemesh.services.machinery.client import NotFoundError
+from kubemesh.services.machinery.clock import Clock
+from kubemesh.services.machinery.eventing import ComponentRecorder
+from kubemesh.services.machinery.queueing import Result
+from kubemesh.services.model.kinds import DAEMONSETS, PODS, Obj, key_of, labels_of, meta, name_of, namespace_of, uid_of
+from kubemesh.services.model.podutil import taints_of, tolerates_all
+from kubemesh.services.model.wellknown import (
+    TAINT_DISK_PRESSURE,
+    TAINT_MEMORY_PRESSURE,
+    TAINT_NOT_READY,
+    TAINT_PID_PRESSURE,
+    TAINT_UNREACHABLE,
+    TAINT_UNSCHEDULABLE,
+)
 
 _log = structlog.get_logger("controller_manager.daemonset")
 

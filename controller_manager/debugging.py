@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 PATH = "/debug/controller-manager"
@@ -26,6 +27,5 @@ def routes(snapshot: Callable[[], dict[str, Any]]) -> list[web.RouteDef]:
 
 
 def _dumps(value: Any) -> str:
-    import orjson
 
     return orjson.dumps(value, default=str).decode()

@@ -41,7 +41,7 @@ from typing import Any
 import orjson
 import structlog
 
-from controller_manager.objects import (
+from kubemesh.controller_manager.objects import (
     Api,
     IndexedStore,
     Store,
@@ -52,12 +52,22 @@ from controller_manager.objects import (
     phase,
     ts,
 )
-from controller_manager.replicaset import SUFFIX_ALPHABET, claim, selector_of
-from services.client import AlreadyExistsError, ConflictError, NotFoundError
-from services.clock import Clock, format_time
-from services.eventing import ComponentRecorder
-from services.kinds import DEPLOYMENTS, REPLICASETS, Obj, key_of, labels_of, meta, name_of, namespace_of, uid_of
-from services.queueing import Result
+from kubemesh.controller_manager.replicaset import SUFFIX_ALPHABET, claim, selector_of
+from kubemesh.services.machinery.client import AlreadyExistsError, ConflictError, NotFoundError
+from kubemesh.services.machinery.clock import Clock, format_time
+from kubemesh.services.machinery.eventing import ComponentRecorder
+from kubemesh.services.machinery.queueing import Result
+from kubemesh.services.model.kinds import (
+    DEPLOYMENTS,
+    REPLICASETS,
+    Obj,
+    key_of,
+    labels_of,
+    meta,
+    name_of,
+    namespace_of,
+    uid_of,
+)
 
 _log = structlog.get_logger("controller_manager.deployment")
 

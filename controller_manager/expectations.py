@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.clock import Clock
+from kubemesh.services.machinery.clock import Clock
 
 
 @dataclass(slots=True)

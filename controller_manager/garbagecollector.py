@@ -27,10 +27,10 @@ from typing import Any
 
 import structlog
 
-from controller_manager.objects import Api, IndexedStore, owner_refs
-from services.client import ConflictError, NotFoundError
-from services.kinds import Kind, Obj, key_of, meta, name_of, namespace_of, uid_of
-from services.queueing import Result
+from kubemesh.controller_manager.objects import Api, IndexedStore, owner_refs
+from kubemesh.services.machinery.client import ConflictError, NotFoundError
+from kubemesh.services.machinery.queueing import Result
+from kubemesh.services.model.kinds import Kind, Obj, key_of, meta, name_of, namespace_of, uid_of
 
 _log = structlog.get_logger("controller_manager.garbagecollector")
 

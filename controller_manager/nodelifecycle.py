@@ -48,16 +48,9 @@ from typing import Any
 
 import structlog
 
-from controller_manager.objects import (
+from kubemesh.controller_manager.objects import (
     NO_EXECUTE,
     NO_SCHEDULE,
-    TAINT_DISK_PRESSURE,
-    TAINT_MEMORY_PRESSURE,
-    TAINT_NETWORK_UNAVAILABLE,
-    TAINT_NOT_READY,
-    TAINT_PID_PRESSURE,
-    TAINT_UNREACHABLE,
-    TAINT_UNSCHEDULABLE,
     Api,
     IndexedStore,
     Store,
@@ -69,14 +62,23 @@ from controller_manager.objects import (
     now_str,
     ts,
 )
-from controller_manager.settings import NodeLifecycleSettings
-from controller_manager.zones import Disruption, TimedValue, excluded_from_disruption, zone_key
-from services.chaospoints import POINTS, chaos_point
-from services.client import ConflictError, NotFoundError
-from services.clock import Clock
-from services.eventing import ComponentRecorder
-from services.kinds import NODES, PODS, Obj, name_of, namespace_of, rv_of, uid_of
-from services.podutil import taints_of
+from kubemesh.controller_manager.settings import NodeLifecycleSettings
+from kubemesh.controller_manager.zones import Disruption, TimedValue, excluded_from_disruption, zone_key
+from kubemesh.services.machinery.client import ConflictError, NotFoundError
+from kubemesh.services.machinery.clock import Clock
+from kubemesh.services.machinery.eventing import ComponentRecorder
+from kubemesh.services.model.kinds import NODES, PODS, Obj, name_of, namespace_of, rv_of, uid_of
+from kubemesh.services.model.podutil import taints_of
+from kubemesh.services.model.wellknown import (
+    TAINT_DISK_PRESSURE,
+    TAINT_MEMORY_PRESSURE,
+    TAINT_NETWORK_UNAVAILABLE,
+    TAINT_NOT_READY,
+    TAINT_PID_PRESSURE,
+    TAINT_UNREACHABLE,
+    TAINT_UNSCHEDULABLE,
+)
+from kubemesh.services.process.chaospoints import ChaosPoints
 
 _log = structlog.get_logger("controller_manager.nodelifecycle")
 
@@ -218,8 +220,10 @@ class NodeLifecycleController:
 
     def __init__(self, *, api: Api, nodes: Store, pods: IndexedStore, leases: Store, clock: Clock,
                  settings: NodeLifecycleSettings, recorder: ComponentRecorder, legacy: bool = False,
-                 pod_recorder: ComponentRecorder | None = None) -> None:
+                 pod_recorder: ComponentRecorder | None = None, points: ChaosPoints | None = None) -> None:
         self.api = api
+        self.points = points or ChaosPoints()
+        self.points.declare("nodelifecycle.mark_pods_not_ready")
         self.nodes = nodes
         self.pods = pods
         self.leases = leases
@@ -566,7 +570,7 @@ class NodeLifecycleController:
             try:
                 # Between two pods' writes: a crash here is kubernetes#135205's intermediate
                 # state (some pods of the node marked NotReady, the rest never).
-                await chaos_point("nodelifecycle.mark_pods_not_ready")
+                await self.points.hit("nodelifecycle.mark_pods_not_ready")
                 await self.api.update(PODS, body, subresource="status")
             except (NotFoundError, ConflictError) as exc:
                 _log.debug("could not mark pod not ready", pod=name_of(pod), error=repr(exc))
@@ -665,4 +669,3 @@ def _swap(taints: list[dict[str, Any]], *, add: str | None, drop: set[str], now:
     return None if _same(new, taints) else new
 
 
-POINTS.declare("nodelifecycle.mark_pods_not_ready")

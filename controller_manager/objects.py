@@ -1,8 +1,9 @@
 """Reading and building the object fields the controllers reason about (pure helpers).
 
 Conditions, taint keys, owner references, pod phases and readiness (taint and toleration
-matching is `services.podutil`), and the protocols (`Api`, `Store`) the controllers are
-written against: `services.client.ApiClient` and `services.informing.Informer` satisfy them,
+matching is `kubemesh.services.model.podutil`), and the protocols (`Api`, `Store`) the controllers are
+written against: `kubemesh.services.machinery.client.ApiClient` and
+`kubemesh.services.machinery.informing.Informer` satisfy them,
 and the unit tests pass in-memory fakes.
 """
 
@@ -11,26 +12,18 @@ from __future__ import annotations
 import builtins
 from typing import Any, Final, Literal, Protocol
 
-from services.clock import format_time, time_or_none
-from services.kinds import Obj, meta, uid_of
-from services.podutil import taints_of
+from kubemesh.services.machinery.clock import format_time, time_or_none
+from kubemesh.services.model.kinds import Obj, meta, uid_of
+from kubemesh.services.model.podutil import taints_of
 
 PatchType = Literal["merge", "strategic", "json", "apply"]
 
-TAINT_NOT_READY: Final = "node.kubernetes.io/not-ready"
-TAINT_UNREACHABLE: Final = "node.kubernetes.io/unreachable"
-TAINT_OUT_OF_SERVICE: Final = "node.kubernetes.io/out-of-service"
-TAINT_UNSCHEDULABLE: Final = "node.kubernetes.io/unschedulable"
-TAINT_MEMORY_PRESSURE: Final = "node.kubernetes.io/memory-pressure"
-TAINT_DISK_PRESSURE: Final = "node.kubernetes.io/disk-pressure"
-TAINT_PID_PRESSURE: Final = "node.kubernetes.io/pid-pressure"
-TAINT_NETWORK_UNAVAILABLE: Final = "node.kubernetes.io/network-unavailable"
 NO_EXECUTE: Final = "NoExecute"
 NO_SCHEDULE: Final = "NoSchedule"
 
 
 class Api(Protocol):
-    """The part of `services.client.ApiClient` the controllers use."""
+    """The part of `kubemesh.services.machinery.client.ApiClient` the controllers use."""
 
     async def get(self, kind: Any, name: str, *, namespace: str | None = None,
                   subresource: str | None = None) -> Obj:

@@ -25,8 +25,7 @@ from typing import Any
 
 import structlog
 
-from controller_manager.objects import (
-    TAINT_OUT_OF_SERVICE,
+from kubemesh.controller_manager.objects import (
     Api,
     Store,
     condition_status,
@@ -37,10 +36,11 @@ from controller_manager.objects import (
     node_name_of,
     now_str,
 )
-from controller_manager.settings import PodGCSettings
-from services.client import NotFoundError
-from services.clock import Clock
-from services.kinds import NODES, PODS, Obj, key_of, name_of, namespace_of
+from kubemesh.controller_manager.settings import PodGCSettings
+from kubemesh.services.machinery.client import NotFoundError
+from kubemesh.services.machinery.clock import Clock
+from kubemesh.services.model.kinds import NODES, PODS, Obj, key_of, name_of, namespace_of
+from kubemesh.services.model.wellknown import TAINT_OUT_OF_SERVICE
 
 _log = structlog.get_logger("controller_manager.podgc")
 

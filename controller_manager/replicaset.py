@@ -29,8 +29,8 @@ from typing import Any
 
 import structlog
 
-from controller_manager.expectations import Expectations
-from controller_manager.objects import (
+from kubemesh.controller_manager.expectations import Expectations
+from kubemesh.controller_manager.objects import (
     Api,
     IndexedStore,
     Store,
@@ -45,13 +45,13 @@ from controller_manager.objects import (
     phase,
     ts,
 )
-from services.chaospoints import POINTS, chaos_point
-from services.client import AlreadyExistsError, ConflictError, NotFoundError
-from services.clock import Clock
-from services.eventing import ComponentRecorder
-from services.kinds import PODS, REPLICASETS, Obj, key_of, labels_of, meta, name_of, namespace_of, uid_of
-from services.queueing import Result
-from services.selectors import LabelSelector, label_selector_from_dict
+from kubemesh.services.machinery.client import AlreadyExistsError, ConflictError, NotFoundError
+from kubemesh.services.machinery.clock import Clock
+from kubemesh.services.machinery.eventing import ComponentRecorder
+from kubemesh.services.machinery.queueing import Result
+from kubemesh.services.model.kinds import PODS, REPLICASETS, Obj, key_of, labels_of, meta, name_of, namespace_of, uid_of
+from kubemesh.services.model.selectors import LabelSelector, label_selector_from_dict
+from kubemesh.services.process.chaospoints import ChaosPoints
 
 _log = structlog.get_logger("controller_manager.replicaset")
 
@@ -157,8 +157,11 @@ class ReplicaSetController:
     """Level-based ReplicaSet reconciler over the shared pod and ReplicaSet caches."""
 
     def __init__(self, *, api: Api, replicasets: Store, pods: IndexedStore, clock: Clock, rng: random.Random,
-                 recorder: ComponentRecorder, burst_replicas: int = 500, expectations_ttl: float = 300.0) -> None:
+                 recorder: ComponentRecorder, burst_replicas: int = 500, expectations_ttl: float = 300.0,
+                 points: ChaosPoints | None = None) -> None:
         self.api = api
+        self.points = points or ChaosPoints()
+        self.points.declare("replicaset.after_create_pod")
         self.replicasets = replicasets
         self.pods = pods
         self.clock = clock
@@ -291,7 +294,7 @@ class ReplicaSetController:
             self.recorder.normal(rs, "SuccessfulCreate", f"Created pod: {name}")
             # After a create, before the expectation is observed: a crash here is the window
             # in which a restarted controller may create duplicates (kubernetes#129795).
-            await chaos_point("replicaset.after_create_pod")
+            await self.points.hit("replicaset.after_create_pod")
             return True
         return False
 
@@ -336,4 +339,3 @@ class ReplicaSetController:
             pass
 
 
-POINTS.declare("replicaset.after_create_pod")

@@ -1,7 +1,7 @@
 """The controller-manager component's entry points: `build` and `run(ctx, args)`.
 
 `build` turns parsed flags into a wired `ControllerManager` (the profile's bug switches join
-the explicit ones); `run` runs it inside the component runtime (`services.component`): the
+the explicit ones); `run` runs it inside the component runtime (`kubemesh.services.process.component`): the
 shared informers and the event recorder as supervised tasks, the controllers once the caches
 have synced (while leading, with `--leader-elect`), `/debug/controller-manager` on the admin
 endpoint, and a readiness check that fails until every informer has synced. On stop the
@@ -15,23 +15,25 @@ import argparse
 import asyncio
 import random
 
-from controller_manager import debugging
-from controller_manager.app import ControllerManager
-from controller_manager.settings import add_arguments, from_namespace, profile_bugs
-from services.client import ApiClient
-from services.clock import Clock
-from services.component import ComponentContext
-from services.supervising import TaskHandle
+from kubemesh.controller_manager import debugging
+from kubemesh.controller_manager.app import ControllerManager
+from kubemesh.controller_manager.settings import add_arguments, from_namespace, profile_bugs
+from kubemesh.services.machinery.client import ApiClient
+from kubemesh.services.machinery.clock import Clock
+from kubemesh.services.process.chaospoints import ChaosPoints
+from kubemesh.services.process.component import ComponentContext
+from kubemesh.services.process.supervising import TaskHandle
 
 __all__ = ["add_arguments", "build", "run"]
 
 
 def build(*, client: ApiClient, clock: Clock, rng: random.Random, bugs: frozenset[str],
-          args: argparse.Namespace | None, instance: str) -> ControllerManager:
+          args: argparse.Namespace | None, instance: str, points: ChaosPoints | None = None) -> ControllerManager:
     """The controller-manager for parsed flags (defaults when `args` is None)."""
     settings = from_namespace(args if args is not None else _defaults())
     all_bugs = frozenset(bugs) | profile_bugs(settings.profile)
-    cm = ControllerManager(client=client, clock=clock, rng=rng, settings=settings, bugs=all_bugs, instance=instance)
+    cm = ControllerManager(client=client, clock=clock, rng=rng, settings=settings, bugs=all_bugs, instance=instance,
+                           points=points or ChaosPoints())
     cm.build()
     return cm
 
@@ -43,11 +45,14 @@ def _defaults() -> argparse.Namespace:
 
 
 async def run(ctx: ComponentContext, args: argparse.Namespace) -> None:
-    """The controller-manager's `run(ctx, args)` for `services.component.main`."""
-    cm = build(client=ctx.client, clock=ctx.clock, rng=ctx.rng, bugs=ctx.bugs, args=args, instance=ctx.instance)
+    """The controller-manager's `run(ctx, args)` for `kubemesh.services.process.component.main`."""
+    cm = build(client=ctx.client, clock=ctx.clock, rng=ctx.rng, bugs=ctx.bugs, args=args, instance=ctx.instance,
+               points=ctx.points)
     ctx.admin.add_routes(debugging.routes(cm.debug))
     ctx.admin.add_check("informers-synced", cm.synced, endpoints=("readyz",))
     ctx.informers.update(cm.informers)  # chaos can freeze one (a stale cache)
+    # A --profile turns switches on too: publish every switch this process runs with.
+    ctx.publish(bugs=sorted(cm.bugs))
     assert cm.recorder is not None
     handles: list[TaskHandle[None]] = [ctx.spawn(inf.run(), name=f"informer:{name}")
                                        for name, inf in cm.informers.items()]

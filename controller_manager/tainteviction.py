@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import structlog
 
-from controller_manager.objects import (
+from kubemesh.controller_manager.objects import (
     NO_EXECUTE,
     Api,
     IndexedStore,
@@ -35,12 +35,12 @@ from controller_manager.objects import (
     node_name_of,
     now_str,
 )
-from services.client import NotFoundError
-from services.clock import Clock
-from services.eventing import ComponentRecorder
-from services.kinds import PODS, Obj, key_of, name_of, namespace_of
-from services.podutil import taints_of, toleration_matches, tolerations_of
-from services.queueing import Result
+from kubemesh.services.machinery.client import NotFoundError
+from kubemesh.services.machinery.clock import Clock
+from kubemesh.services.machinery.eventing import ComponentRecorder
+from kubemesh.services.machinery.queueing import Result
+from kubemesh.services.model.kinds import PODS, Obj, key_of, name_of, namespace_of
+from kubemesh.services.model.podutil import taints_of, toleration_matches, tolerations_of
 
 _log = structlog.get_logger("controller_manager.tainteviction")
 

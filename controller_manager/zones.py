@@ -22,15 +22,17 @@ boundaries are unit-tested exactly.
 from __future__ import annotations
 
 import enum
+import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from services.clock import Clock
-from services.kinds import Obj, labels_of
+from kubemesh.services.machinery.clock import Clock
+from kubemesh.services.model.kinds import Obj, labels_of
+from kubemesh.services.model.wellknown import LABEL_REGION, LABEL_ZONE
 
-ZONE_LABEL = "topology.kubernetes.io/zone"
-REGION_LABEL = "topology.kubernetes.io/region"
+ZONE_LABEL = LABEL_ZONE
+REGION_LABEL = LABEL_REGION
 LEGACY_ZONE_LABEL = "failure-domain.beta.kubernetes.io/zone"
 LEGACY_REGION_LABEL = "failure-domain.beta.kubernetes.io/region"
 EXCLUDE_DISRUPTION_LABEL = "node.kubernetes.io/exclude-disruption"
@@ -89,8 +91,6 @@ def compute_zone_state(ready_statuses: Iterable[str | None], *, unhealthy_thresh
 
 def _f32(x: float) -> float:
     """Round to float32, as upstream's comparison of float32 shares does."""
-    import struct
-
     out: float = struct.unpack("f", struct.pack("f", x))[0]
     return out
 

@@ -1,6 +1,6 @@
-"""`python -m kubelet`: one process hosting many emulated nodes.
+"""`python -m kubemesh.kubelet`: one process hosting many emulated nodes.
 
-Usage: `python -m kubelet --apiserver URL --nodes N [--node-prefix P] [--node-offset K]
+Usage: `python -m kubemesh.kubelet --apiserver URL --nodes N [--node-prefix P] [--node-offset K]
 [--zone Z] [--capacity cpu=8,memory=32Gi,pods=110] [--bugs no-node-lease] ...`
 (`--help` lists every flag).
 """
@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kubelet.running import add_arguments, run
-from services import component
+from kubemesh.kubelet.running import add_arguments, run
+from kubemesh.services.process import component
 
 
 def main() -> int:
     """Run the kubelet in the shared component runtime; the process exit code."""
-    parser = argparse.ArgumentParser(prog="python -m kubelet", description="kubemesh kubelet (many nodes)")
+    parser = argparse.ArgumentParser(prog="python -m kubemesh.kubelet", description="kubemesh kubelet (many nodes)")
     add_arguments(parser)
     return component.main(component="kubelet", run=run, parser=parser)
 

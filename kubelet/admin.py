@@ -45,8 +45,8 @@ from typing import Any
 
 from aiohttp import web
 
-from kubelet.nodes import EmulatedNode
-from services.clock import Clock
+from kubemesh.kubelet.nodes import EmulatedNode
+from kubemesh.services.machinery.clock import Clock
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -40,10 +40,10 @@ from typing import Any, Final, Protocol
 
 import structlog
 
-from kubelet.settings import KubeletSettings
-from services.client import ApiError, ConflictError, NotFoundError, PatchType
-from services.clock import Clock, format_micro_time, format_time
-from services.kinds import LEASES, NODES, Kind, Obj
+from kubemesh.kubelet.settings import KubeletSettings
+from kubemesh.services.machinery.client import ApiError, ConflictError, NotFoundError, PatchType
+from kubemesh.services.machinery.clock import Clock, format_micro_time, format_time
+from kubemesh.services.model.kinds import LEASES, NODES, Kind, Obj
 
 log = structlog.get_logger("kubelet.heartbeating")
 
@@ -60,7 +60,7 @@ CONDITION_DEFAULTS: Final[dict[str, tuple[str, str, str]]] = {
 
 
 class HeartbeatApi(Protocol):
-    """The part of `services.client.ApiClient` the heartbeat loops use."""
+    """The part of `kubemesh.services.machinery.client.ApiClient` the heartbeat loops use."""
 
     async def get(self, kind: Kind, name: str, *, namespace: str | None = None,
                   subresource: str | None = None) -> Obj:

@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 import aiohttp
 import structlog
 
-from kubelet.heartbeating import LEASE_NAMESPACE
-from kubelet.nodes import EmulatedNode, NodeIdentity, PodSource
-from kubelet.settings import KubeletSettings
-from kubelet.watching import NodePodWatch, SharedPodWatch
-from services.client import AlreadyExistsError, ApiClient, ApiError, RetrySettings
-from services.clock import Clock
-from services.codec import Encoding
-from services.kinds import NAMESPACES
+from kubemesh.kubelet.heartbeating import LEASE_NAMESPACE
+from kubemesh.kubelet.nodes import EmulatedNode, NodeIdentity, PodSource
+from kubemesh.kubelet.settings import KubeletSettings
+from kubemesh.kubelet.watching import NodePodWatch, SharedPodWatch
+from kubemesh.services.machinery.client import AlreadyExistsError, ApiClient, ApiError, RetrySettings
+from kubemesh.services.machinery.clock import Clock
+from kubemesh.services.model.codec import Encoding
+from kubemesh.services.model.kinds import NAMESPACES
 
 log = structlog.get_logger("kubelet.hosting")
 

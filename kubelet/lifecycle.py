@@ -41,9 +41,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from kubelet.resources import Rejection, qos_class
-from services.clock import format_time
-from services.kinds import Obj
+from kubemesh.kubelet.resources import Rejection, qos_class
+from kubemesh.services.machinery.clock import format_time
+from kubemesh.services.model.kinds import Obj
 
 START_DELAY: Final = "kubemesh.io/start-delay"
 RUN_SECONDS: Final = "kubemesh.io/run-seconds"

@@ -32,14 +32,14 @@ from typing import Any
 
 import structlog
 
-from kubelet.heartbeating import HeartbeatApi, LeaseRenewer, NodeConditions, StatusReporter
-from kubelet.podworking import PodApi, PodView, PodWorker
-from kubelet.registering import full_status, node_ip, node_labels, node_object, pod_cidr, register
-from kubelet.resources import Resources, allocatable_of
-from kubelet.settings import KubeletSettings
-from services.clock import Clock
-from services.kinds import uid_of
-from services.queueing import WorkQueue, run_workers
+from kubemesh.kubelet.heartbeating import HeartbeatApi, LeaseRenewer, NodeConditions, StatusReporter
+from kubemesh.kubelet.podworking import PodApi, PodView, PodWorker
+from kubemesh.kubelet.registering import full_status, node_ip, node_labels, node_object, pod_cidr, register
+from kubemesh.kubelet.resources import Resources, allocatable_of
+from kubemesh.kubelet.settings import KubeletSettings
+from kubemesh.services.machinery.clock import Clock
+from kubemesh.services.machinery.queueing import WorkQueue, run_workers
+from kubemesh.services.model.kinds import uid_of
 
 log = structlog.get_logger("kubelet.nodes")
 

@@ -37,15 +37,15 @@ from typing import Any, Protocol
 
 import structlog
 
-from kubelet.lifecycle import PodMachine
-from kubelet.pressure import eviction_message, pressure_rejection, rank_for_memory_eviction
-from kubelet.resources import Resources, admit, pod_requests
-from kubelet.settings import KubeletSettings
-from services.client import ConflictError, NotFoundError, PatchType
-from services.clock import Clock
-from services.kinds import PODS, Kind, Obj, name_of, namespace_of, uid_of
-from services.quantities import parse_quantity
-from services.queueing import Result, WorkQueue
+from kubemesh.kubelet.lifecycle import PodMachine
+from kubemesh.kubelet.pressure import eviction_message, pressure_rejection, rank_for_memory_eviction
+from kubemesh.kubelet.resources import Resources, admit, pod_requests
+from kubemesh.kubelet.settings import KubeletSettings
+from kubemesh.services.machinery.client import ConflictError, NotFoundError, PatchType
+from kubemesh.services.machinery.clock import Clock
+from kubemesh.services.machinery.queueing import Result, WorkQueue
+from kubemesh.services.model.kinds import PODS, Kind, Obj, name_of, namespace_of, uid_of
+from kubemesh.services.model.quantities import parse_quantity
 
 log = structlog.get_logger("kubelet.podworking")
 
@@ -65,7 +65,7 @@ class PodView(Protocol):
 
 
 class PodApi(Protocol):
-    """The part of `services.client.ApiClient` the pod worker uses."""
+    """The part of `kubemesh.services.machinery.client.ApiClient` the pod worker uses."""
 
     async def patch(self, kind: Kind, name: str, patch: Obj | list[Obj], *, namespace: str | None = None,
                     patch_type: PatchType = "merge", subresource: str | None = None) -> Obj:

@@ -24,10 +24,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from kubelet.resources import Rejection, qos_class
-from services.kinds import Obj
-from services.podutil import tolerates, tolerations_of
-from services.quantities import parse_quantity
+from kubemesh.kubelet.resources import Rejection, qos_class
+from kubemesh.services.model.kinds import Obj
+from kubemesh.services.model.podutil import tolerates, tolerations_of
+from kubemesh.services.model.quantities import parse_quantity
+from kubemesh.services.model.wellknown import TAINT_MEMORY_PRESSURE
 
 USAGE_ANNOTATION: Final = "kubemesh.io/memory-usage"
 CRITICAL_PRIORITY: Final = 2_000_000_000
@@ -82,7 +83,7 @@ def rank_for_memory_eviction(pods: Iterable[Obj], *, default_container_usage: in
     return sorted(pods, key=key)
 
 
-MEMORY_PRESSURE_TAINT: Final = {"key": "node.kubernetes.io/memory-pressure", "effect": "NoSchedule"}
+MEMORY_PRESSURE_TAINT: Final = {"key": TAINT_MEMORY_PRESSURE, "effect": "NoSchedule"}
 
 
 def _tolerates_memory_pressure(pod: Obj) -> bool:

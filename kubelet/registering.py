@@ -24,11 +24,12 @@ from typing import Any
 
 import structlog
 
-from kubelet.heartbeating import HeartbeatApi, backoff_schedule
-from kubelet.resources import Resources
-from services.client import AlreadyExistsError, ApiError
-from services.clock import Clock
-from services.kinds import NODES, Obj
+from kubemesh.kubelet.heartbeating import HeartbeatApi, backoff_schedule
+from kubemesh.kubelet.resources import Resources
+from kubemesh.services.machinery.client import AlreadyExistsError, ApiError
+from kubemesh.services.machinery.clock import Clock
+from kubemesh.services.model.kinds import NODES, Obj
+from kubemesh.services.model.wellknown import LABEL_HOSTNAME, LABEL_REGION, LABEL_ZONE
 
 log = structlog.get_logger("kubelet.registering")
 
@@ -46,13 +47,13 @@ def pod_cidr(index: int) -> str:
 def node_labels(*, name: str, zone: str, region: str) -> dict[str, str]:
     """The well-known labels of a Linux amd64 node in `zone`."""
     return {
-        "kubernetes.io/hostname": name,
+        LABEL_HOSTNAME: name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
         "beta.kubernetes.io/os": "linux",
         "beta.kubernetes.io/arch": "amd64",
-        "topology.kubernetes.io/zone": zone,
-        "topology.kubernetes.io/region": region,
+        LABEL_ZONE: zone,
+        LABEL_REGION: region,
         "failure-domain.beta.kubernetes.io/zone": zone,
         "failure-domain.beta.kubernetes.io/region": region,
         "node.kubernetes.io/instance-type": "kubemesh.emulated",

@@ -2,7 +2,7 @@
 
 Guarantees:
 
-* Quantities are parsed by `services.quantities` (exact, `ValueError` on anything invalid).
+* Quantities are parsed by `kubemesh.services.model.quantities` (exact, `ValueError` on anything invalid).
 * A pod's effective request is upstream's: the larger of the sum over app containers and the
   largest init container, plus `spec.overhead`; a container's request defaults to its limit.
 * `admit` answers what the kubelet's admission answers: the first resource that does not fit
@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from services.kinds import Obj
-from services.quantities import format_bytes, format_cpu, int_value, milli_value, parse_quantity
+from kubemesh.services.model.kinds import Obj
+from kubemesh.services.model.quantities import format_bytes, format_cpu, int_value, milli_value, parse_quantity
 
 _ORDER: Final = ("pods", "cpu", "memory", "ephemeral-storage")
 

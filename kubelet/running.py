@@ -2,7 +2,7 @@
 
 `add_arguments` adds the kubelet's own flags to the common ones; `settings_from_args` turns
 them (and the bug switches) into `KubeletSettings`; `run` hosts the nodes inside the
-component runtime (`services.component.ComponentContext`): it builds a `KubeletHost`, mounts
+component runtime (`kubemesh.services.process.component.ComponentContext`): it builds a `KubeletHost`, mounts
 the node routes on the admin endpoint, makes `/readyz` fail until every node has registered,
 powers every node on and lives until the context's stop event (or cancellation), then powers
 every node off and closes the clients.
@@ -14,10 +14,10 @@ import argparse
 import asyncio
 from collections.abc import Callable, Iterable
 
-from kubelet import admin
-from kubelet.hosting import KubeletHost
-from kubelet.settings import KubeletSettings, parse_capacity
-from services.component import ComponentContext
+from kubemesh.kubelet import admin
+from kubemesh.kubelet.hosting import KubeletHost
+from kubemesh.kubelet.settings import KubeletSettings, parse_capacity
+from kubemesh.services.process.component import ComponentContext
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,7 +72,7 @@ def _registered_check(host: KubeletHost) -> Callable[[], bool]:
 
 
 async def run(ctx: ComponentContext, args: argparse.Namespace) -> None:
-    """The kubelet's `run(ctx, args)` for `services.component.main`.
+    """The kubelet's `run(ctx, args)` for `kubemesh.services.process.component.main`.
 
     Builds the host, mounts the node routes and the `nodes-registered` readiness check on the
     admin endpoint, powers every node on, and on stop powers every node off and closes the
@@ -82,6 +82,8 @@ async def run(ctx: ComponentContext, args: argparse.Namespace) -> None:
     host = KubeletHost(settings=settings, base_url=ctx.client.base_url, instance=ctx.instance, clock=ctx.clock,
                        rng=ctx.rng, admin_port=ctx.admin.port or 0, token=ctx.token, encoding=ctx.client.encoding)
     host.build()
+    # Node faults are routed by what each kubelet registered: the nodes it hosts, with its admin URL.
+    ctx.publish(nodes=sorted(host.nodes))
     ctx.admin.add_routes(admin.routes(host.nodes, clock=ctx.clock))
     ctx.admin.add_check("nodes-registered", _registered_check(host), endpoints=("readyz",))
     try:

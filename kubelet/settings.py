@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from services.quantities import parse_quantity
+from kubemesh.services.model.quantities import parse_quantity
 
 DEFAULT_CAPACITY: Final[Mapping[str, str]] = {
     "cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi",

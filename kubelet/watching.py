@@ -16,15 +16,16 @@ Both keep the informer's promises: per-pod order, every deletion delivered (perh
 
 from __future__ import annotations
 
+import asyncio
 import random
 from typing import Any
 
-from kubelet.nodes import PodSource
-from kubelet.podworking import PodView, PodWorker
-from services.client import ApiClient
-from services.clock import Clock
-from services.informing import INDEX_BY_NODE, Informer, index_pods_by_node
-from services.kinds import PODS, Obj, key_of
+from kubemesh.kubelet.nodes import PodSource
+from kubemesh.kubelet.podworking import PodView, PodWorker
+from kubemesh.services.machinery.client import ApiClient
+from kubemesh.services.machinery.clock import Clock
+from kubemesh.services.machinery.informing import INDEX_BY_NODE, Informer, index_pods_by_node
+from kubemesh.services.model.kinds import PODS, Obj, key_of
 
 
 class NodePodWatch(PodSource):
@@ -53,8 +54,6 @@ class NodePodWatch(PodSource):
         async def resync_when_synced() -> None:
             await informer.wait_for_sync()
             worker.resync_all()
-
-        import asyncio
 
         async with asyncio.TaskGroup() as tg:
             tg.create_task(informer.run(), name=f"{self._node}:pod-informer")
@@ -132,7 +131,6 @@ class _SharedSource(PodSource):
     async def run(self, worker: PodWorker) -> None:
         await self._shared.informer.wait_for_sync()
         worker.resync_all()
-        import asyncio
 
         await asyncio.Event().wait()  # the shared informer runs elsewhere; live until cancelled
 

@@ -46,31 +46,27 @@ This is tooling: the preflight waits are wall seconds; every time a scenario sta
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
-import os
 import secrets
 import shutil
-import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, get_args
+from typing import Any, Final, get_args
 
 import aiohttp
-import yaml
 
-from scenarios.framework import EXPECTED, Mode, NodeAccess, Scenario, ScenarioContext, Verdict, fetch_history
-from services.bugs import BUGS
-from services.client import AlreadyExistsError, ApiClient, ApiError, ConflictError, NotFoundError
-from services.clock import ClusterClock
-from services.kinds import CONFIGMAPS, EVENTS, NAMESPACES, NODES, Obj
-from services.quantities import parse_quantity
-
-if TYPE_CHECKING:
-    from scenarios.running import RunResult
+from kubemesh.scenarios.framework import EXPECTED, Mode, NodeAccess, Scenario, ScenarioContext, Verdict
+from kubemesh.scenarios.reporting import RunResult, guarded_run, write_report
+from kubemesh.services.machinery.client import AlreadyExistsError, ApiClient, ApiError, ConflictError, NotFoundError
+from kubemesh.services.machinery.clock import ClusterClock
+from kubemesh.services.mesh.endpoint import EndpointError, MeshEndpoint
+from kubemesh.services.model.bugs import BUGS
+from kubemesh.services.model.kinds import CONFIGMAPS, EVENTS, NAMESPACES, NODES, Obj
+from kubemesh.services.model.quantities import parse_quantity
+from kubemesh.services.model.wellknown import LABEL_ZONE
 
 LEDGER_NAMESPACE: Final = "kube-system"
 LEDGER_NAME: Final = "kubemesh-scenario-runs"
@@ -79,136 +75,54 @@ LEDGER_NAME: Final = "kubemesh-scenario-runs"
 SWITCHED_COMPONENTS: Final[tuple[str, ...]] = tuple(sorted({b.component for b in BUGS}))
 """The components that have bug switches: each must publish its switches before a run."""
 
-ZONE_LABEL: Final = "topology.kubernetes.io/zone"
+ZONE_LABEL: Final = LABEL_ZONE
 _POLL: Final = 0.25
 
 
-class TargetError(ValueError):
-    """The target cannot be used as given (a missing file, a kubeconfig without a server...)."""
+TargetError = EndpointError
+"""The target cannot be used as given (a missing file, a kubeconfig without a server...)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class ExistingMesh:
     """A running mesh to attach a scenario run to (see the module docstring)."""
 
-    apiserver_url: str
-    token: str | None = None
-    ca_pem: bytes | None = None
-    """The CA that signed the apiserver's certificate (None: the system trust store)."""
-    insecure: bool = False
-    """Skip TLS verification (a kubeconfig's `insecure-skip-tls-verify`)."""
+    endpoint: MeshEndpoint
+    """How to reach it (`MeshEndpoint.resolve` turns a kubeconfig, a state folder or a URL into one)."""
     node_access: NodeAccess = "auto"
     """How nodes are powered off: "auto" uses the kubelets' admin endpoints when they answer
     from here and the chaos front door otherwise (the compose stack publishes only the apiserver)."""
     ready_timeout: float = 60.0
     """Wall seconds the preflight waits for the components' registrations and the nodes."""
-    source: str = ""
-    """Where the target came from (a kubeconfig path or the URL), for messages and reports."""
 
     def __post_init__(self) -> None:
-        if not self.apiserver_url.startswith(("http://", "https://")):
-            raise TargetError(f"the apiserver URL must be http(s)://..., not {self.apiserver_url!r}")
         if self.node_access not in get_args(NodeAccess):
             raise TargetError(f"node_access must be one of {', '.join(get_args(NodeAccess))}")
 
     @property
     def name(self) -> str:
         """How messages name the target."""
-        return self.source or self.apiserver_url
-
-    def ssl_context(self) -> ssl.SSLContext | bool:
-        """TLS settings for the apiserver (True: the system trust store)."""
-        if not self.apiserver_url.startswith("https://"):
-            return True
-        if self.insecure:
-            ctx = ssl.create_default_context()
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-            return ctx
-        if self.ca_pem is not None:
-            return ssl.create_default_context(cadata=self.ca_pem.decode())
-        return True
+        return self.endpoint.name
 
     @classmethod
     def from_kubeconfig(cls, path: Path, *, context: str | None = None, token: str | None = None,
                         node_access: NodeAccess = "auto", ready_timeout: float = 60.0) -> ExistingMesh:
-        """The cluster of a kubeconfig's current context (or `context`): server, CA and token.
-
-        Supports `certificate-authority-data`, `certificate-authority` (relative to the file),
-        `insecure-skip-tls-verify`, and a user's `token` or `tokenFile`; `token` overrides it.
-        """
-        try:
-            doc = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise TargetError(f"cannot read the kubeconfig {path}: {exc}") from exc
-        if not isinstance(doc, dict):
-            raise TargetError(f"{path} is not a kubeconfig")
-
-        def named(section: str, name: str) -> dict[str, Any]:
-            for item in doc.get(section) or []:
-                if isinstance(item, dict) and item.get("name") == name:
-                    value = item.get(section[:-1]) or {}
-                    return value if isinstance(value, dict) else {}
-            raise TargetError(f"{path}: no {section[:-1]} named {name!r}")
-
-        ctx_name = context or doc.get("current-context")
-        if not ctx_name:
-            raise TargetError(f"{path} has no current-context (pass a context)")
-        kctx = named("contexts", str(ctx_name))
-        cluster = named("clusters", str(kctx.get("cluster", "")))
-        user = named("users", str(kctx.get("user", ""))) if kctx.get("user") else {}
-        server = cluster.get("server")
-        if not isinstance(server, str) or not server:
-            raise TargetError(f"{path}: the cluster of context {ctx_name!r} has no server")
-        ca: bytes | None = None
-        if cluster.get("certificate-authority-data"):
-            ca = base64.b64decode(str(cluster["certificate-authority-data"]))
-        elif cluster.get("certificate-authority"):
-            ca_path = path.parent / str(cluster["certificate-authority"])
-            try:
-                ca = ca_path.read_bytes()
-            except OSError as exc:
-                raise TargetError(f"{path}: cannot read the CA {ca_path}: {exc}") from exc
-        tok = token or user.get("token")
-        if not tok and user.get("tokenFile"):
-            try:
-                tok = (path.parent / str(user["tokenFile"])).read_text().strip()
-            except OSError as exc:
-                raise TargetError(f"{path}: cannot read the token file: {exc}") from exc
-        return cls(apiserver_url=server.rstrip("/"), token=str(tok) if tok else None, ca_pem=ca,
-                   insecure=bool(cluster.get("insecure-skip-tls-verify")), node_access=node_access,
-                   ready_timeout=ready_timeout, source=str(path))
+        """The mesh of a kubeconfig's current context (or `context`), see `MeshEndpoint.from_kubeconfig`."""
+        return cls(endpoint=MeshEndpoint.from_kubeconfig(path, context=context, token=token), node_access=node_access,
+                   ready_timeout=ready_timeout)
 
     @classmethod
     def from_target(cls, target: str, *, context: str | None = None, token: str | None = None,
                     token_file: Path | None = None, ca_file: Path | None = None, node_access: NodeAccess = "auto",
                     ready_timeout: float = 60.0) -> ExistingMesh:
-        """A kubeconfig path, a state folder holding `kubeconfig`, or an apiserver URL.
+        """A kubeconfig path, a state folder (its `mesh.json` or `kubeconfig`), or an apiserver URL.
 
         For a URL the token is `token`, else the contents of `token_file`, else
         `$KUBEMESH_TOKEN`; `ca_file` is the apiserver's CA (default: the system trust store).
         """
-        if token is None and token_file is not None:
-            try:
-                token = token_file.read_text().strip() or None
-            except OSError as exc:
-                raise TargetError(f"cannot read the token file {token_file}: {exc}") from exc
-        if target.startswith(("http://", "https://")):
-            ca = None
-            if ca_file is not None:
-                try:
-                    ca = ca_file.read_bytes()
-                except OSError as exc:
-                    raise TargetError(f"cannot read the CA file {ca_file}: {exc}") from exc
-            return cls(apiserver_url=target.rstrip("/"), token=token or os.environ.get("KUBEMESH_TOKEN") or None,
-                       ca_pem=ca, node_access=node_access, ready_timeout=ready_timeout, source=target)
-        path = Path(target)
-        if path.is_dir():
-            path = path / "kubeconfig"
-        if not path.is_file():
-            raise TargetError(f"{target}: neither an apiserver URL, nor a kubeconfig, nor a folder with one")
-        return cls.from_kubeconfig(path, context=context, token=token, node_access=node_access,
-                                   ready_timeout=ready_timeout)
+        endpoint = MeshEndpoint.resolve(url=target, token=token, token_file=token_file, ca_file=ca_file,
+                                        context=context)
+        return cls(endpoint=endpoint, node_access=node_access, ready_timeout=ready_timeout)
 
 
 def expected_bugs(scenario: Scenario, mode: Mode) -> frozenset[str]:
@@ -405,41 +319,6 @@ async def record_run(client: ApiClient, run_id: str, entry: Mapping[str, Any], *
 
 
 # ---------------------------------------------------------------------------------------------
-# History position
-
-
-async def history_last_index(session: aiohttp.ClientSession, base_url: str, token: str | None) -> int:
-    """The index of the apiserver's newest history record (0 when empty).
-
-    Found by exponential and binary search with `limit=1` queries (about 2 log2(n) tiny
-    requests), so that a long-lived mesh's history is never downloaded whole.
-    """
-    headers = {"Accept": "application/jsonl", "X-Kubemesh-Component": "scenario",
-               "X-Kubemesh-Instance": "scenario-history"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-
-    async def exists(i: int) -> bool:
-        async with session.get(f"{base_url}/kubemesh/v1/history", params={"since": str(i - 1), "limit": "1"},
-                               headers=headers, timeout=aiohttp.ClientTimeout(total=15)) as resp:
-            resp.raise_for_status()
-            return bool((await resp.text()).strip())
-
-    if not await exists(1):
-        return 0
-    lo, hi = 1, 2
-    while await exists(hi):
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:  # exists(lo), not exists(hi)
-        mid = (lo + hi) // 2
-        if await exists(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-# ---------------------------------------------------------------------------------------------
 # The run
 
 
@@ -455,7 +334,7 @@ def _run_namespace(scenario: Scenario, mode: Mode, seed: int) -> str:
 
 
 async def _preflight(scenario: Scenario, *, mode: Mode, target: ExistingMesh, client: ApiClient,
-                     session: aiohttp.ClientSession, log: Callable[[str], None] | None) -> _Preflight:
+                     log: Callable[[str], None] | None) -> _Preflight:
     """Every check of the module docstring, before anything is changed; raises `Refused`."""
     pre = _Preflight()
     try:
@@ -466,15 +345,8 @@ async def _preflight(scenario: Scenario, *, mode: Mode, target: ExistingMesh, cl
     used = consumed_by(await _read_ledger(client))
     if used:
         raise _already_used(used)
-    if scenario.needs_chaos or target.node_access == "chaos":
-        try:
-            async with session.get(f"{target.apiserver_url}/chaos/v1/faults", headers=_headers(target.token),
-                                   timeout=aiohttp.ClientTimeout(total=10)) as resp:
-                chaos = resp.status == 200
-        except (aiohttp.ClientError, OSError, TimeoutError):
-            chaos = False
-        if not chaos:
-            raise Refused("the apiserver serves no chaos front door (/chaos/v1/faults), which this run needs")
+    if (scenario.needs_chaos or target.node_access == "chaos") and not await target.endpoint.chaos_available():
+        raise Refused("the apiserver serves no chaos front door (/chaos/v1/faults), which this run needs")
     deadline = time.monotonic() + target.ready_timeout
     waiting = ""
     for what, check in (("bug switches", _switches_probe(scenario, mode, client)),
@@ -507,13 +379,6 @@ def _nodes_probe(scenario: Scenario, mode: Mode, client: ApiClient) -> Callable[
     return probe
 
 
-def _headers(token: str | None) -> dict[str, str]:
-    h = {"Accept": "application/json", "X-Kubemesh-Component": "scenario", "X-Kubemesh-Instance": "scenario"}
-    if token:
-        h["Authorization"] = f"Bearer {token}"
-    return h
-
-
 async def run_attached(scenario: Scenario, *, target: ExistingMesh, mode: Mode, seed: int, report_dir: Path,
                        log: Callable[[str], None] | None = None) -> RunResult:
     """One run on an existing mesh: preflight, ledger, scenario, history, cleanup, report.
@@ -521,8 +386,6 @@ async def run_attached(scenario: Scenario, *, target: ExistingMesh, mode: Mode, 
     Never raises for what the mesh does: a refused preflight, a crash or a deadline is an
     `inconclusive` result with the reason (see the module docstring).
     """
-    from scenarios.running import RunResult, _guarded_run, write_report
-
     out = report_dir / scenario.name / f"{mode}-seed{seed}"
     if out.exists():
         shutil.rmtree(out)
@@ -541,51 +404,49 @@ async def run_attached(scenario: Scenario, *, target: ExistingMesh, mode: Mode, 
     t0 = t_end = cluster_s = 0.0
     rate = scenario.mesh_shape(mode).clock_rate
     claimed = False
-    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ssl=target.ssl_context())
-    client = ApiClient(target.apiserver_url, component="scenario", instance="scenario", token=target.token,
-                       connector=connector)
+    endpoint = target.endpoint
+    client = endpoint.client("scenario")
+    chaos = endpoint.chaos(instance="scenario")
 
     def not_prepared(exc: BaseException) -> Verdict:
         return Verdict(outcome="inconclusive", evidence=tuple(notes),
                        summary=f"target mesh {target.name}: the run could not be prepared: {type(exc).__name__}: {exc}")
 
     try:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=target.ssl_context())) as session:
+        try:
+            pre = await _preflight(scenario, mode=mode, target=target, client=client, log=log)
+            assert pre.clock is not None
+            rate, notes = pre.clock.rate, pre.notes
+            entry["startedAt"] = pre.clock.now()
+            await record_run(client, run_id, entry, claim=True)
+            claimed = True
+        except Refused as exc:
+            verdict = Verdict(outcome="inconclusive", summary=f"target mesh {target.name}: {exc}",
+                              evidence=tuple(notes))
+        except (ApiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            verdict = not_prepared(exc)
+        else:
+            ctx = ScenarioContext(mesh=endpoint, client=client, chaos=chaos, clock=pre.clock, mode=mode, seed=seed,
+                                  log=log, namespace=namespace, node_access=target.node_access)
             try:
-                pre = await _preflight(scenario, mode=mode, target=target, client=client, session=session, log=log)
-                assert pre.clock is not None
-                rate, notes = pre.clock.rate, pre.notes
-                entry["startedAt"] = pre.clock.now()
-                await record_run(client, run_id, entry, claim=True)
-                claimed = True
-            except Refused as exc:
-                verdict = Verdict(outcome="inconclusive", summary=f"target mesh {target.name}: {exc}",
-                                  evidence=tuple(notes))
+                if namespace != "default":
+                    await client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+                        "name": namespace, "labels": {"kubemesh.io/scenario": scenario.name,
+                                                      "kubemesh.io/mode": mode}}})
+                ctx.history_since = await endpoint.history_last_index()
+                ctx.say(f"attached to {target.name} (namespace {namespace}): " + "; ".join(notes))
+                t0 = ctx.t0
+                verdict = await guarded_run(scenario, ctx)
+                t_end = ctx.now()
+                cluster_s = t_end - t0
+                with contextlib.suppress(Exception):
+                    history = await endpoint.history(since=ctx.history_since, component="scenario")
+                with contextlib.suppress(Exception):
+                    events = list((await client.list(EVENTS)).get("items") or [])
             except (ApiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
                 verdict = not_prepared(exc)
-            else:
-                ctx = ScenarioContext(mesh=target, client=client, clock=pre.clock, mode=mode, seed=seed,
-                                      session=session, log=log, namespace=namespace, node_access=target.node_access)
-                try:
-                    if namespace != "default":
-                        await client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {
-                            "name": namespace, "labels": {"kubemesh.io/scenario": scenario.name,
-                                                          "kubemesh.io/mode": mode}}})
-                    ctx.history_since = await history_last_index(session, target.apiserver_url, target.token)
-                    ctx.say(f"attached to {target.name} (namespace {namespace}): " + "; ".join(notes))
-                    t0 = ctx.t0
-                    verdict = await _guarded_run(scenario, ctx)
-                    t_end = ctx.now()
-                    cluster_s = t_end - t0
-                    with contextlib.suppress(Exception):
-                        history = await fetch_history(session, target.apiserver_url, target.token,
-                                                      since=ctx.history_since)
-                    with contextlib.suppress(Exception):
-                        events = list((await client.list(EVENTS)).get("items") or [])
-                except (ApiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
-                    verdict = not_prepared(exc)
-                finally:
-                    cleanup_failures = await _cleanup(ctx, client, namespace)
+            finally:
+                cleanup_failures = await _cleanup(ctx, client, namespace)
     finally:
         if claimed:
             entry["state"] = "clean" if scenario.reusable and not cleanup_failures else "consumed"
@@ -596,8 +457,8 @@ async def run_attached(scenario: Scenario, *, target: ExistingMesh, mode: Mode, 
             entry["outcome"] = verdict.outcome
             with contextlib.suppress(Exception):
                 await record_run(client, run_id, entry)
+        await chaos.close()
         await client.close()
-        await connector.close()
     if cleanup_failures:
         verdict = Verdict(outcome=verdict.outcome, summary=verdict.summary,
                           evidence=(*verdict.evidence, *(f"cleanup failed: {f}" for f in cleanup_failures)))
@@ -630,7 +491,7 @@ async def _cleanup(ctx: ScenarioContext, client: ApiClient, namespace: str) -> l
 def _note_attachment(out: Path, *, target: ExistingMesh, run_id: str | None, entry: Mapping[str, Any] | None,
                      notes: Sequence[str], cleanup_failures: Sequence[str]) -> None:
     """Say in the report that the run was attached (no mesh of its own, no process logs here)."""
-    lines = ["", f"Attached to the existing mesh {target.name} ({target.apiserver_url}): not started, not stopped; "
+    lines = ["", f"Attached to the existing mesh {target.name} ({target.endpoint.url}): not started, not stopped; "
                  "its processes' logs are where it runs."]
     if run_id is not None and entry is not None:
         lines.append(f"Ledger {LEDGER_NAMESPACE}/{LEDGER_NAME}: run {run_id}, state {entry.get('state')}"
@@ -641,7 +502,7 @@ def _note_attachment(out: Path, *, target: ExistingMesh, run_id: str | None, ent
         f.write("\n".join(lines) + "\n")
     run_json = out / "run.json"
     doc = json.loads(run_json.read_text())
-    doc["target"] = {"source": target.name, "apiserver": target.apiserver_url, "run": run_id,
+    doc["target"] = {"source": target.name, "apiserver": target.endpoint.url, "run": run_id,
                      "ledgerState": entry.get("state") if entry else None,
                      "namespace": entry.get("namespace") if entry else None, "preflight": list(notes),
                      "cleanupFailures": list(cleanup_failures)}

@@ -32,15 +32,16 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Final, Literal, TypeVar
 
 import aiohttp
 
-from services.clock import ClusterClock
-from services.kinds import EVENTS, NODES, PODS, Obj
-
-if TYPE_CHECKING:
-    from services.client import ApiClient
+from kubemesh.scenarios.records import first
+from kubemesh.services.machinery.client import ApiClient, ApiError, NotFoundError
+from kubemesh.services.machinery.clock import ClusterClock
+from kubemesh.services.mesh.chaos_client import Chaos
+from kubemesh.services.mesh.endpoint import MeshEndpoint, MeshError
+from kubemesh.services.model.kinds import EVENTS, NODES, PODS, Obj
 
 Outcome = Literal["reproduced", "prevented", "inconclusive"]
 Mode = Literal["buggy", "fixed"]
@@ -55,25 +56,13 @@ NodeAccess = Literal["admin", "chaos", "auto"]
 `node.powerOff` fault, or the admin endpoint when it answers and chaos otherwise."""
 
 
-class MeshEndpoint(Protocol):
-    """What a context needs of a mesh (a `Mesh`, or an `scenarios.attached.ExistingMesh`)."""
-
-    @property
-    def apiserver_url(self) -> str:
-        """The apiserver's URL."""
-
-    @property
-    def token(self) -> str | None:
-        """The bearer token (None: no authentication)."""
-
-
 class ScenarioError(RuntimeError):
     """The scenario could not set up what it needs (the run is inconclusive, with this reason)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class MeshShape:
-    """The mesh a scenario needs (turned into a `services.launching.MeshSpec` by the runner)."""
+    """The mesh a scenario needs (turned into a `kubemesh.services.mesh.launching.MeshSpec` by the runner)."""
 
     nodes: int = 3
     zones: tuple[str, ...] = ()
@@ -165,16 +154,18 @@ class ScenarioContext:
     focus on (`focus`).
     """
 
-    def __init__(self, *, mesh: MeshEndpoint, client: ApiClient, clock: ClusterClock, mode: Mode, seed: int,
-                 session: aiohttp.ClientSession, log: Callable[[str], None] | None = None,
-                 namespace: str = "default", history_since: int = 0, node_access: NodeAccess = "admin") -> None:
+    def __init__(self, *, mesh: MeshEndpoint, client: ApiClient, chaos: Chaos, clock: ClusterClock, mode: Mode,
+                 seed: int, log: Callable[[str], None] | None = None, namespace: str = "default",
+                 history_since: int = 0, node_access: NodeAccess = "admin") -> None:
         self.mesh = mesh
+        """How to reach the mesh (its history, its components' admin endpoints, its kubelets)."""
         self.client = client
+        self.chaos = chaos
+        """The chaos front door (faults made through `add_fault`/`fault` are undone at cleanup)."""
         self.clock = clock
         self.mode = mode
         self.seed = seed
         self.rng = random.Random(seed)
-        self.session = session
         self.t0 = clock.now()
         self.moments: list[Moment] = []
         self.windows: list[Window] = []
@@ -183,9 +174,7 @@ class ScenarioContext:
         self.lines: list[str] = []
         """A log of what the scenario did (cluster time relative to the start)."""
         self._log = log
-        self._admin: dict[str, str] | None = None
         self._records: list[dict[str, Any]] = []
-        self._node_admin: dict[str, str] = {}
         self.namespace = namespace
         """Where a reusable scenario creates its objects ("default" on a fresh mesh)."""
         self.history_since = history_since
@@ -262,8 +251,6 @@ class ScenarioContext:
 
     async def get(self, kind: Any, name: str, *, namespace: str | None = None) -> Obj | None:
         """GET an object, None when it does not exist."""
-        from services.client import NotFoundError
-
         try:
             return await self.client.get(kind, name, namespace=namespace)
         except NotFoundError:
@@ -294,7 +281,7 @@ class ScenarioContext:
 
     async def history(self, *, since: int = 0, types: Sequence[str] = ()) -> list[dict[str, Any]]:
         """The apiserver's history so far (records after index `since`)."""
-        return await fetch_history(self.session, self.mesh.apiserver_url, self.mesh.token, since=since, types=types)
+        return await self.mesh.history(since=since, types=types, component="scenario")
 
     async def records(self) -> list[dict[str, Any]]:
         """The history so far (fetched incrementally; the list is shared, do not modify it)."""
@@ -303,9 +290,7 @@ class ScenarioContext:
         return self._records
 
     async def wait_record(self, *, within: float, **match: Any) -> dict[str, Any] | None:
-        """The first history record matching (see `scenarios.oracles.select`), waiting up to `within`."""
-        from scenarios.oracles import first
-
+        """The first history record matching (see `kubemesh.scenarios.records.select`), waiting up to `within`."""
         async def probe() -> dict[str, Any] | None:
             return first(await self.records(), **match)
 
@@ -313,37 +298,12 @@ class ScenarioContext:
 
     # -- admin endpoints ---------------------------------------------------------------------------
 
-    def _headers(self) -> dict[str, str]:
-        h = {"Accept": "application/json", "X-Kubemesh-Component": "scenario", "X-Kubemesh-Instance": "scenario",
-             "User-Agent": "kubemesh-scenario"}
-        if self.mesh.token:
-            h["Authorization"] = f"Bearer {self.mesh.token}"
-        return h
-
-    async def admin_urls(self, *, refresh: bool = False) -> dict[str, str]:
-        """Admin URL per component instance, from the apiserver's component registry."""
-        if self._admin is None or refresh:
-            doc = await self.client.request("GET", "/kubemesh/v1/components")
-            items = doc.get("items", []) if isinstance(doc, dict) else []
-            self._admin = {str(i["instance"]): str(i["adminURL"]) for i in items
-                           if isinstance(i, dict) and i.get("adminURL")}
-        return self._admin
-
     async def admin_request(self, instance: str, method: str, path: str, body: Any = None) -> Any:
-        """A JSON request to a component's admin endpoint."""
-        urls = await self.admin_urls()
-        if instance not in urls:
-            urls = await self.admin_urls(refresh=True)
-        if instance not in urls:
-            raise ScenarioError(f"no admin endpoint registered for {instance!r} (known: {', '.join(urls)})")
-        async with self.session.request(method, urls[instance] + path, json=body, headers=self._headers(),
-                                        timeout=aiohttp.ClientTimeout(total=10)) as resp:
-            text = await resp.text()
-            if resp.status >= 400:
-                raise ScenarioError(f"{method} {instance}{path}: {resp.status} {text.strip()[:300]}")
-            import json
-
-            return json.loads(text) if text.strip() else None
+        """A JSON request to a registered component's admin endpoint (raises `ScenarioError`)."""
+        try:
+            return await self.mesh.component_request(instance, method, path, body)
+        except MeshError as exc:
+            raise ScenarioError(str(exc)) from exc
 
     async def debug(self, instance: str, path: str) -> Any:
         """A component's debug document (`scheduler`, `/debug/scheduler`), None if unavailable."""
@@ -352,29 +312,15 @@ class ScenarioContext:
         except (ScenarioError, aiohttp.ClientError, OSError, TimeoutError, ValueError):
             return None
 
-    async def kubelet_of(self, node: str) -> str:
-        """The kubelet admin base URL hosting `node` (its port is on the Node object)."""
-        if node in self._node_admin:
-            return self._node_admin[node]
-        obj = await self.node(node)
-        port = (((obj or {}).get("status") or {}).get("daemonEndpoints") or {}).get("kubeletEndpoint", {}).get("Port")
-        for url in (await self.admin_urls(refresh=True)).values():
-            if port and url.rstrip("/").endswith(f":{port}"):
-                self._node_admin[node] = url
-                return url
-        raise ScenarioError(f"cannot find the kubelet hosting {node} (kubelet port {port})")
-
     async def node_op(self, node: str, op: str, body: Any = None, *, method: str = "POST") -> Any:
-        """One kubelet admin operation on a node (`power-off`, `conditions`, `zombie`, ...)."""
-        base = await self.kubelet_of(node)
-        async with self.session.request(method, f"{base}/nodes/{node}/{op}".rstrip("/"), json=body,
-                                        headers=self._headers(), timeout=aiohttp.ClientTimeout(total=10)) as resp:
-            text = await resp.text()
-            if resp.status >= 400:
-                raise ScenarioError(f"{method} {node}/{op}: {resp.status} {text.strip()[:300]}")
-            import json
+        """One kubelet admin operation on a node (`power-off`, `conditions`, `zombie`, ...).
 
-            return json.loads(text) if text.strip() else None
+        It goes to the kubelet that registered the node; raises `ScenarioError`.
+        """
+        try:
+            return await self.mesh.node_op(node, op, body, method=method)
+        except MeshError as exc:
+            raise ScenarioError(str(exc)) from exc
 
     async def power_off(self, node: str) -> None:
         """Power a node off: heartbeats, lease, status and pod work stop; pods stay in the API.
@@ -414,12 +360,11 @@ class ScenarioContext:
         if self.node_access != "auto":
             return self.node_access
         reachable = False
-        with contextlib.suppress(ScenarioError, aiohttp.ClientError, OSError, TimeoutError):
-            kubelets = [u for i, u in (await self.admin_urls(refresh=True)).items() if i.startswith("kubelet")]
+        with contextlib.suppress(MeshError, aiohttp.ClientError, OSError, TimeoutError):
+            kubelets = [u for i, u in (await self.mesh.admin_urls()).items() if i.startswith("kubelet")]
             if kubelets:
-                async with self.session.get(f"{kubelets[0]}/healthz", headers=self._headers(),
-                                            timeout=aiohttp.ClientTimeout(total=3)) as resp:
-                    reachable = resp.status == 200
+                await self.mesh.admin_request(kubelets[0], "GET", "/healthz")
+                reachable = True
         if reachable:
             self.node_access = "admin"
         elif await self.chaos_available():
@@ -481,25 +426,16 @@ class ScenarioContext:
 
     async def chaos_available(self) -> bool:
         """Whether the apiserver serves the chaos front door."""
-        try:
-            async with self.session.get(f"{self.mesh.apiserver_url}/chaos/v1/faults", headers=self._headers(),
-                                        timeout=aiohttp.ClientTimeout(total=5)) as resp:
-                return resp.status == 200
-        except (aiohttp.ClientError, OSError, TimeoutError):
-            return False
+        return await self.mesh.chaos_available()
 
     async def add_fault(self, spec: Mapping[str, Any]) -> dict[str, Any]:
-        """Create a fault (`POST /chaos/v1/faults`, the spec of `apiserver.chaos_spec`)."""
+        """Create a fault (`POST /chaos/v1/faults`); its removal is registered as an undo."""
         body = dict(spec)
         body.setdefault("duration", None)
-        async with self.session.post(f"{self.mesh.apiserver_url}/chaos/v1/faults", json=body,
-                                     headers=self._headers(), timeout=aiohttp.ClientTimeout(total=10)) as resp:
-            text = await resp.text()
-            if resp.status >= 300:
-                raise ScenarioError(f"chaos fault {body.get('name')!r} refused: {resp.status} {text.strip()[:400]}")
-        import json
-
-        created: dict[str, Any] = json.loads(text) if text.strip() else {}
+        try:
+            created = await self.chaos.add(body, check=False)
+        except ApiError as exc:
+            raise ScenarioError(f"chaos fault {body.get('name')!r} refused: {exc}") from exc
         name = str(created.get("name") or body.get("name"))
         self.defer(f"remove fault {name}", lambda: self.remove_fault(name))
         self.say(f"fault {name} ({body.get('type')}) created")
@@ -507,21 +443,19 @@ class ScenarioContext:
 
     async def remove_fault(self, name: str) -> None:
         """Remove (and recover) a fault; a fault already gone is fine."""
-        async with self.session.delete(f"{self.mesh.apiserver_url}/chaos/v1/faults/{name}", headers=self._headers(),
-                                       timeout=aiohttp.ClientTimeout(total=10)) as resp:
-            if resp.status >= 300 and resp.status != 404:
-                raise ScenarioError(f"removing fault {name!r}: {resp.status} {(await resp.text())[:300]}")
+        try:
+            await self.chaos.remove(name, missing_ok=True)
+        except ApiError as exc:
+            raise ScenarioError(f"removing fault {name!r}: {exc}") from exc
         self.settle(f"remove fault {name}")
         self.say(f"fault {name} removed")
 
     async def fault_status(self, name: str) -> dict[str, Any] | None:
         """A fault with its status, None when it does not exist."""
-        async with self.session.get(f"{self.mesh.apiserver_url}/chaos/v1/faults/{name}", headers=self._headers(),
-                                    timeout=aiohttp.ClientTimeout(total=10)) as resp:
-            if resp.status == 404:
-                return None
-            doc: dict[str, Any] = await resp.json(content_type=None)
-            return doc
+        try:
+            return await self.chaos.get(name)
+        except NotFoundError:
+            return None
 
     @contextlib.asynccontextmanager
     async def fault(self, spec: Mapping[str, Any]) -> AsyncIterator[dict[str, Any]]:
@@ -538,22 +472,3 @@ class ScenarioContext:
 def wall() -> float:
     """Monotonic wall seconds (for measuring runs)."""
     return time.monotonic()
-
-
-async def fetch_history(session: aiohttp.ClientSession, base_url: str, token: str | None, *, since: int = 0,
-                        types: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """The apiserver's history (`GET /kubemesh/v1/history`) as a list of records."""
-    import json
-
-    params = {"since": str(since)}
-    if types:
-        params["type"] = ",".join(types)
-    headers = {"Accept": "application/jsonl", "X-Kubemesh-Component": "scenario",
-               "X-Kubemesh-Instance": "scenario-history"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    async with session.get(f"{base_url}/kubemesh/v1/history", params=params, headers=headers,
-                           timeout=aiohttp.ClientTimeout(total=60)) as resp:
-        resp.raise_for_status()
-        text = await resp.text()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]

@@ -1,6 +1,6 @@
 """The main job: run every scenario in buggy and in fixed mode, show progress, print the table.
 
-    python -m scenarios.main [--repeat N] [--seed S] [--clock-rate R] [--report-dir DIR] [NAME ...]
+    python -m kubemesh.scenarios.main [--repeat N] [--seed S] [--clock-rate R] [--report-dir DIR] [NAME ...]
 
 Each run starts a fresh mesh; one progress line per step and one per finished run. At the end a
 table (scenario, buggy outcome, fixed outcome, wall time) and where the reports are. Exit status
@@ -16,8 +16,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from scenarios.framework import MODES
-from scenarios.running import RunResult, catalog, default_report_dir, run_scenario
+from kubemesh.scenarios.framework import MODES
+from kubemesh.scenarios.reporting import RunResult
+from kubemesh.scenarios.running import catalog, default_report_dir, run_scenario
 
 
 def _outcome_cell(results: list[RunResult]) -> str:
@@ -95,7 +96,7 @@ async def main_async(args: argparse.Namespace) -> int:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The main job's flags."""
-    p = argparse.ArgumentParser(prog="python -m scenarios.main", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m kubemesh.scenarios.main", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("names", nargs="*", help="scenarios to run (default: all)")
     p.add_argument("--repeat", type=int, default=1, help="runs per scenario and mode")

@@ -8,19 +8,18 @@ into a verdict:
 * the healthy outcome was observed and the symptom was not: `prevented`;
 * anything else (both, or neither, or a probe that could not tell): `inconclusive`, with why.
 
-The history helpers (`select`, `first`) query the apiserver's records (see
-`apiserver.history`): requests, writes, deliveries and fault operations.
+The history helpers `select` and `first` (`kubemesh.scenarios.records`) query the apiserver's
+records: requests, writes, deliveries and fault operations.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from scenarios.framework import ScenarioContext, Verdict
-
-Record = dict[str, Any]
+from kubemesh.scenarios.framework import ScenarioContext, Verdict
+from kubemesh.scenarios.records import Record, first, select
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,42 +72,6 @@ def inconclusive(reason: str, evidence: Iterable[str] = ()) -> Verdict:
     return Verdict(outcome="inconclusive", summary=reason, evidence=tuple(evidence))
 
 
-# -- history queries ---------------------------------------------------------------------------
-
-
-def select(records: Iterable[Record], *, type: str | None = None, resource: str | None = None,
-           event: str | None = None, key: str | None = None, component: str | None = None,
-           verb: str | None = None, after: float | None = None, before: float | None = None) -> list[Record]:
-    """Records matching every given field (`after`/`before` on cluster time, inclusive)."""
-    out = []
-    for r in records:
-        if type is not None and r.get("type") != type:
-            continue
-        if resource is not None and r.get("resource") != resource:
-            continue
-        if event is not None and r.get("event") != event:
-            continue
-        if key is not None and r.get("key") != key:
-            continue
-        if component is not None and r.get("component") != component:
-            continue
-        if verb is not None and r.get("verb") != verb:
-            continue
-        t = float(r.get("time") or 0.0)
-        if after is not None and t < after:
-            continue
-        if before is not None and t > before:
-            continue
-        out.append(r)
-    return out
-
-
-def first(records: Sequence[Record], **match: Any) -> Record | None:
-    """The first record matching (see `select`), or None."""
-    found = select(records, **match)
-    return found[0] if found else None
-
-
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
     """A status condition of an object by type."""
     for c in ((obj or {}).get("status") or {}).get("conditions") or ():
@@ -135,3 +98,7 @@ def is_running(pod: dict[str, Any] | None) -> bool:
 def node_name(pod: dict[str, Any] | None) -> str:
     """`spec.nodeName` of a pod ("" when unscheduled)."""
     return str(((pod or {}).get("spec") or {}).get("nodeName") or "")
+
+
+__all__ = ["Observation", "Record", "condition", "decide", "eventually", "first", "inconclusive", "is_running",
+           "is_terminating", "never", "node_name", "select", "taint_keys"]

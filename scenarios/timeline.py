@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from scenarios.framework import Moment, Window
+from kubemesh.scenarios.framework import Moment, Window
 
 Record = Mapping[str, Any]
 

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
-from scenarios import oracles
-from scenarios.framework import ScenarioError
-from services.kinds import PODS, PRIORITYCLASSES, Obj
+from kubemesh.scenarios import oracles
+from kubemesh.scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError
+from kubemesh.services.model.kinds import PODS, PRIORITYCLASSES, Obj
+from kubemesh.services.model.wellknown import LABEL_HOSTNAME
 
-if TYPE_CHECKING:
-    from scenarios.framework import ScenarioContext
-
-HOSTNAME = "kubernetes.io/hostname"
+HOSTNAME = LABEL_HOSTNAME
 
 
 def pod(name: str, *, labels: dict[str, str] | None = None, node_selector: dict[str, str] | None = None,
@@ -70,6 +68,22 @@ def priority_class(name: str, value: int) -> Obj:
     """A PriorityClass."""
     return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
             "value": value}
+
+
+class PreemptionRace(Scenario):
+    """What the nomination races share: one 4-cpu node, a slow retry, chaos on the scheduler's watch.
+
+    The stage is `preemption_victims`; the scheduler's backoff is long enough (20 s, 40 s at
+    most) that a pod retried by backoff cannot pass for one moved by an event.
+    """
+
+    needs_chaos: ClassVar[bool] = True
+    shape: ClassVar[MeshShape] = MeshShape(
+        nodes=1, clock_rate=60.0, capacity="cpu=4,memory=16Gi,pods=110",
+        extra_args={"scheduler": ["--pod-initial-backoff-seconds", "20", "--pod-max-backoff-seconds", "40"]})
+    deadline: ClassVar[float] = 300.0
+    observe: ClassVar[float] = 60.0
+    """Cluster seconds the outcome is watched for once the race was set up."""
 
 
 async def preemption_victims(ctx: ScenarioContext) -> None:

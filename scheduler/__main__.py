@@ -1,6 +1,6 @@
-"""`python -m scheduler`: the kube-scheduler emulation.
+"""`python -m kubemesh.scheduler`: the kube-scheduler emulation.
 
-Usage: `python -m scheduler --apiserver URL [--bugs NAME,...] [--leader-elect]
+Usage: `python -m kubemesh.scheduler --apiserver URL [--bugs NAME,...] [--leader-elect]
 [--percentage-of-nodes-to-score P] ...` (`--help` lists every flag).
 """
 
@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from scheduler.running import add_arguments, run
-from services import component
+from kubemesh.scheduler.running import add_arguments, run
+from kubemesh.services.process import component
 
 
 def main() -> int:
     """Run the scheduler in the shared component runtime; the process exit code."""
-    parser = argparse.ArgumentParser(prog="python -m scheduler", description="kubemesh kube-scheduler")
+    parser = argparse.ArgumentParser(prog="python -m kubemesh.scheduler", description="kubemesh kube-scheduler")
     add_arguments(parser)
     return component.main(component="scheduler", run=run, parser=parser)
 

@@ -9,16 +9,16 @@
 * `delete_pod` deletes a preemption victim with a uid precondition and the pod's own grace
   period (victims terminate gracefully, as upstream); a victim already gone is not an error.
 * `get_node` answers None on 404, which is what the node-not-found check of #56622 needs.
-* `record_event` hands the event to the `services.eventing.EventRecorder` (action
+* `record_event` hands the event to the `kubemesh.services.machinery.eventing.EventRecorder` (action
   `Scheduling`) and returns at once.
 """
 
 from __future__ import annotations
 
-from scheduler.podinfo import PodInfo
-from services.client import ApiClient, NotFoundError
-from services.eventing import EventRecorder
-from services.kinds import NODES, PODS, Obj
+from kubemesh.scheduler.podinfo import PodInfo
+from kubemesh.services.machinery.client import ApiClient, NotFoundError
+from kubemesh.services.machinery.eventing import EventRecorder
+from kubemesh.services.model.kinds import NODES, PODS, Obj
 
 
 class ClientApi:

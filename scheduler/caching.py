@@ -33,12 +33,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.podinfo import PodInfo, bytes_of, milli_cpu
-from services.kinds import Obj, labels_of, name_of
-
-TAINT_UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
-TAINT_MEMORY_PRESSURE = "node.kubernetes.io/memory-pressure"
-TAINT_DISK_PRESSURE = "node.kubernetes.io/disk-pressure"
+from kubemesh.scheduler.podinfo import PodInfo, bytes_of, milli_cpu
+from kubemesh.services.model.kinds import Obj, labels_of, name_of
 
 
 class CacheError(Exception):

@@ -32,10 +32,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.caching import TAINT_MEMORY_PRESSURE, TAINT_UNSCHEDULABLE, NodeInfo
-from scheduler.podinfo import PodInfo
-from scheduler.queueing import Nominator
-from services.podutil import tolerates
+from kubemesh.scheduler.caching import NodeInfo
+from kubemesh.scheduler.podinfo import PodInfo
+from kubemesh.scheduler.queueing import Nominator
+from kubemesh.services.model.podutil import tolerates
+from kubemesh.services.model.wellknown import TAINT_MEMORY_PRESSURE, TAINT_UNSCHEDULABLE
 
 Pair = tuple[str, str]
 NodeLookup = Callable[[str], Mapping[str, Any] | None]

@@ -2,7 +2,7 @@
 
 A `PodInfo` is built from the wire object when an informer event arrives and is then shared by
 the cache, the queue, the nominator, the filters and the scorers: requests are summed, affinity
-terms compiled (label selectors from `services.selectors`) and tolerations read once, so that the
+terms compiled (label selectors from `kubemesh.services.model.selectors`) and tolerations read once, so that the
 hot loop of a scheduling cycle (every pod x hundreds of nodes) touches only precomputed fields.
 
 Guarantees:
@@ -26,14 +26,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final
 
-from services.clock import parse_time
-from services.kinds import Obj, key_of, labels_of, name_of, namespace_of, uid_of
-from services.quantities import int_value, milli_value, parse_quantity
-from services.selectors import LabelSelector, SelectorError, label_selector_from_dict
+from kubemesh.services.machinery.clock import parse_time
+from kubemesh.services.model.kinds import Obj, key_of, labels_of, name_of, namespace_of, uid_of
+from kubemesh.services.model.quantities import int_value, milli_value, parse_quantity
+from kubemesh.services.model.selectors import LabelSelector, SelectorError, label_selector_from_dict
+from kubemesh.services.model.wellknown import LABEL_HOSTNAME, LABEL_ZONE
 
 DEFAULT_SCHEDULER: Final = "default-scheduler"
-HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
-ZONE_LABEL: Final = "topology.kubernetes.io/zone"
+HOSTNAME_LABEL: Final = LABEL_HOSTNAME
+ZONE_LABEL: Final = LABEL_ZONE
 
 DEFAULT_MILLI_CPU_REQUEST: Final = 100
 """Scoring treats a container without a cpu request as requesting 100m (upstream's non-zero value)."""
@@ -41,7 +42,7 @@ DEFAULT_MEMORY_REQUEST: Final = 200 * 1024 * 1024
 """Scoring treats a container without a memory request as requesting 200 MiB."""
 
 def _quantity(value: Any) -> Fraction:
-    """A resource.Quantity (`services.quantities`); invalid values are 0: the scheduler must not crash."""
+    """A resource.Quantity (`kubemesh.services.model.quantities`); invalid values are 0 (never a crash)."""
     if isinstance(value, bool):
         return Fraction(0)
     try:

@@ -25,9 +25,9 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from scheduler.caching import NodeInfo
-from scheduler.filtering import AffinityState, Failure, PodFilter
-from scheduler.podinfo import PodInfo
+from kubemesh.scheduler.caching import NodeInfo
+from kubemesh.scheduler.filtering import AffinityState, Failure, PodFilter
+from kubemesh.scheduler.podinfo import PodInfo
 
 
 @dataclass(frozen=True, slots=True)

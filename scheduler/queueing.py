@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from scheduler.podinfo import PodInfo
-from services.clock import Clock
+from kubemesh.scheduler.podinfo import PodInfo
+from kubemesh.services.machinery.clock import Clock
 
 
 class ClusterEvent(Enum):

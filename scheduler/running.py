@@ -5,7 +5,7 @@
 set. `/readyz` fails until the informers have synced; `/debug/scheduler` shows the scheduler's
 state. With `--leader-elect` the scheduling loop runs only while this instance holds the
 `kube-system/kube-scheduler` Lease (informers and caches stay warm either way, as upstream);
-losing the lease raises `services.electing.LeadershipLost`, which ends the process with exit
+losing the lease raises `kubemesh.services.machinery.electing.LeadershipLost`, which ends the process with exit
 code 1, as kube-scheduler exits, so that its supervisor (or `kubemesh up`) restarts it.
 """
 
@@ -18,16 +18,16 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler import debugging
-from scheduler.binding import ClientApi
-from scheduler.scheduling import Scheduler
-from scheduler.settings import SchedulerSettings
-from services.component import ComponentContext
-from services.electing import LeaderElectionSettings, LeaderElector, LeadershipLost, process_identity
-from services.eventing import EventRecorder
-from services.informing import Informer
-from services.kinds import NODES, PODS, PRIORITYCLASSES
-from services.supervising import TaskHandle
+from kubemesh.scheduler import debugging
+from kubemesh.scheduler.binding import ClientApi
+from kubemesh.scheduler.scheduling import Scheduler
+from kubemesh.scheduler.settings import SchedulerSettings
+from kubemesh.services.machinery.electing import LeaderElectionSettings, LeaderElector, LeadershipLost, process_identity
+from kubemesh.services.machinery.eventing import EventRecorder
+from kubemesh.services.machinery.informing import Informer
+from kubemesh.services.model.kinds import NODES, PODS, PRIORITYCLASSES
+from kubemesh.services.process.component import ComponentContext
+from kubemesh.services.process.supervising import TaskHandle
 
 LEASE_NAME = "kube-scheduler"
 
@@ -66,7 +66,7 @@ def _document(sched: Scheduler, events: EventRecorder) -> Mapping[str, Any]:
 
 
 async def run(ctx: ComponentContext, args: argparse.Namespace) -> None:
-    """The scheduler's `run(ctx, args)` for `services.component.main` (see the module docstring)."""
+    """The scheduler's `run(ctx, args)` for `kubemesh.services.process.component.main` (see the module docstring)."""
     settings = settings_from_args(args)
     client, clock, rng = ctx.client, ctx.clock, ctx.rng
     events = EventRecorder(client, clock=clock, component=settings.scheduler_name, instance=ctx.instance)
@@ -87,7 +87,8 @@ async def run(ctx: ComponentContext, args: argparse.Namespace) -> None:
         return None
 
     sched = Scheduler(api=ClientApi(client, events=events), clock=clock, rng=rng, settings=settings,
-                      bugs=ctx.bugs, node_lookup=nodes.get, priority_of_class=priority_of_class, log=ctx.log)
+                      bugs=ctx.bugs, node_lookup=nodes.get, priority_of_class=priority_of_class, log=ctx.log,
+                      points=ctx.points)
     nodes.add_handlers(on_add=sched.on_node_add, on_update=sched.on_node_update, on_delete=sched.on_node_delete)
     pods.add_handlers(on_add=sched.on_pod_add, on_update=sched.on_pod_update, on_delete=sched.on_pod_delete)
     ctx.admin.add_routes(debugging.routes(lambda: _document(sched, events)))

@@ -38,8 +38,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from scheduler.caching import NodeInfo, SchedulerCache
-from scheduler.filtering import (
+from kubemesh.scheduler.caching import NodeInfo, SchedulerCache
+from kubemesh.scheduler.filtering import (
     FitError,
     NodeLookup,
     NodeNotFoundError,
@@ -48,14 +48,14 @@ from scheduler.filtering import (
     find_feasible,
     num_feasible_nodes_to_find,
 )
-from scheduler.podinfo import PodInfo
-from scheduler.preempting import Candidate, eligible_to_preempt, find_candidate
-from scheduler.queueing import ClusterEvent, Nominator, QueueClosedError, QueuedPodInfo, SchedulingQueue
-from scheduler.scoring import compute_inter_pod_scores, score_nodes, select_host
-from scheduler.settings import SchedulerSettings
-from services.chaospoints import POINTS, chaos_point
-from services.clock import Clock, format_time
-from services.kinds import Obj, key_of, name_of
+from kubemesh.scheduler.podinfo import PodInfo
+from kubemesh.scheduler.preempting import Candidate, eligible_to_preempt, find_candidate
+from kubemesh.scheduler.queueing import ClusterEvent, Nominator, QueueClosedError, QueuedPodInfo, SchedulingQueue
+from kubemesh.scheduler.scoring import compute_inter_pod_scores, score_nodes, select_host
+from kubemesh.scheduler.settings import SchedulerSettings
+from kubemesh.services.machinery.clock import Clock, format_time
+from kubemesh.services.model.kinds import Obj, key_of, name_of
+from kubemesh.services.process.chaospoints import ChaosPoints
 
 BUG_GHOST = "ghost-node-affinity-error"
 BUG_KEEP_MISSED_NODE = "keep-missed-node"
@@ -116,8 +116,10 @@ class Scheduler:
                  settings: SchedulerSettings | None = None, bugs: frozenset[str] = frozenset(),
                  node_lookup: NodeLookup | None = None,
                  priority_of_class: Callable[[str], int | None] | None = None,
-                 log: Any = None) -> None:
+                 log: Any = None, points: ChaosPoints | None = None) -> None:
         self.api = api
+        self.points = points or ChaosPoints()
+        self.points.declare("scheduler.before_bind", "scheduler.after_bind")
         self.clock = clock
         self.rng = rng
         self.settings = settings or SchedulerSettings()
@@ -349,9 +351,9 @@ class Scheduler:
             try:
                 # Chaos points: a crash here leaves an assumed pod that was never bound, or
                 # (after) a binding the restarted scheduler must learn from its watch.
-                await chaos_point("scheduler.before_bind")
+                await self.points.hit("scheduler.before_bind")
                 await self.api.bind(assumed, assumed.node_name)
-                await chaos_point("scheduler.after_bind")
+                await self.points.hit("scheduler.after_bind")
             except Exception as exc:
                 self.stats["bindErrors"] += 1
                 self.cache.finish_binding(assumed.key, now=self.clock.now())
@@ -506,4 +508,3 @@ class Scheduler:
         }
 
 
-POINTS.declare("scheduler.before_bind", "scheduler.after_bind")

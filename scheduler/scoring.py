@@ -22,10 +22,10 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 
-from scheduler.caching import NodeInfo
-from scheduler.filtering import Pair
-from scheduler.podinfo import PodInfo
-from services.podutil import tolerates
+from kubemesh.scheduler.caching import NodeInfo
+from kubemesh.scheduler.filtering import Pair
+from kubemesh.scheduler.podinfo import PodInfo
+from kubemesh.services.model.podutil import tolerates
 
 MAX_SCORE = 100
 WEIGHT_FIT = 1

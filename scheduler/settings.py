@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduler.podinfo import DEFAULT_SCHEDULER
+from kubemesh.scheduler.podinfo import DEFAULT_SCHEDULER
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from services.kinds import KINDS  # noqa: E402
+from kubemesh.services.model.kinds import KINDS  # noqa: E402
 
 EXTRA_KINDS = {"Eviction": "V1Eviction", "Scale": "V1Scale", "DeleteOptions": "V1DeleteOptions"}
 """Bodies of subresources and options that are not served kinds of their own."""
@@ -44,7 +44,7 @@ _DICT = re.compile(r"^(?:Dict\[str, (.*)\]|dict\(str, (.*)\))$")
 
 
 def _models() -> Any:
-    from kubernetes.client import models
+    from kubernetes.client import models  # noqa: PLC0415 - a test dependency, needed only when regenerating
 
     return models
 

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from scenarios import oracles
-from scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
-from scenarios.workloads import HOSTNAME, pod
-from services.client import AlreadyExistsError, ConflictError
-from services.kinds import PODS, Obj
+from kubemesh.scenarios import oracles
+from kubemesh.scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
+from kubemesh.scenarios.workloads import HOSTNAME, pod
+from kubemesh.services.machinery.client import AlreadyExistsError, ConflictError
+from kubemesh.services.model.kinds import PODS, Obj
+from kubemesh.services.model.wellknown import LABEL_HOSTNAME
 
 OBSERVE = 60.0
 
@@ -90,7 +91,7 @@ class ForceDeleteZombie(Scenario):
         # replacement stuck on the powered-off node could never run twice.
         replacement["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [victim]}]}]}}}
+                {"key": LABEL_HOSTNAME, "operator": "NotIn", "values": [victim]}]}]}}}
         created = False
         came_back = False
         violation: list[str] = []

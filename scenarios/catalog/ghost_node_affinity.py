@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from scenarios import oracles
-from scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
-from scenarios.workloads import HOSTNAME, pod
-from services.kinds import NODES, PODS
+from kubemesh.scenarios import oracles
+from kubemesh.scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
+from kubemesh.scenarios.workloads import HOSTNAME, pod
+from kubemesh.services.model.kinds import NODES, PODS
 
 BOUND_WITHIN = 20.0
 """Cluster seconds the new pod has to be bound in (the fix binds it within about one)."""

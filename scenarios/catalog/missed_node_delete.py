@@ -42,10 +42,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from scenarios import oracles
-from scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
-from scenarios.workloads import HOSTNAME, pod
-from services.kinds import NODES, PODS
+from kubemesh.scenarios import oracles
+from kubemesh.scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
+from kubemesh.scenarios.workloads import HOSTNAME, pod
+from kubemesh.services.model.kinds import NODES, PODS
 
 NODE_NAMES = ("node-1", "node-2", "node-3")
 BOUND_WITHIN = 150.0

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from scenarios import oracles
-from scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
-from scenarios.workloads import HOSTNAME, pod
-from services.clock import parse_time
-from services.kinds import PODS
+from kubemesh.scenarios import oracles
+from kubemesh.scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
+from kubemesh.scenarios.workloads import HOSTNAME, pod
+from kubemesh.services.machinery.clock import parse_time
+from kubemesh.services.model.kinds import PODS
+from kubemesh.services.model.wellknown import TAINT_NOT_READY, TAINT_UNREACHABLE
 
 GRACE = 40.0
 PERIOD = 5.0
@@ -42,7 +43,7 @@ SLACK_BASE = 2.0
 SLACK_WALL = 0.05
 """... plus this many wall seconds of loop and network latency, scaled by the clock rate."""
 
-UNREACHABLE = "node.kubernetes.io/unreachable"
+UNREACHABLE = TAINT_UNREACHABLE
 
 
 class NodeHeartbeatEviction(Scenario):
@@ -67,7 +68,7 @@ class NodeHeartbeatEviction(Scenario):
         ctx.focus("nodes", victim)
         ctx.focus("pods", "default/fast", "default/slow")
         tol = [{"key": UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": FAST_TOLERATION},
-               {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+               {"key": TAINT_NOT_READY, "operator": "Exists", "effect": "NoExecute",
                 "tolerationSeconds": FAST_TOLERATION}]
         await ctx.client.create(PODS, pod("fast", node_selector={HOSTNAME: victim}, tolerations=tol),
                                 namespace="default")

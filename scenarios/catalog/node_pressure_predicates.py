@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from scenarios import oracles
-from scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
-from scenarios.workloads import HOSTNAME, pod
-from services.kinds import PODS
+from kubemesh.scenarios import oracles
+from kubemesh.scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
+from kubemesh.scenarios.workloads import HOSTNAME, pod
+from kubemesh.services.model.kinds import PODS
 
 PREDICATE_WINDOW = 20.0
 """Cluster seconds during which the pressure predicates must hold."""

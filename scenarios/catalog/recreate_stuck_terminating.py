@@ -25,13 +25,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from scenarios import oracles
-from scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
-from scenarios.workloads import deployment
-from services.client import ConflictError, NotFoundError
-from services.kinds import DEPLOYMENTS, NODES, Obj
+from kubemesh.scenarios import oracles
+from kubemesh.scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
+from kubemesh.scenarios.workloads import deployment
+from kubemesh.services.machinery.client import ConflictError, NotFoundError
+from kubemesh.services.model.kinds import DEPLOYMENTS, NODES, Obj
+from kubemesh.services.model.wellknown import TAINT_OUT_OF_SERVICE
 
-OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
+OUT_OF_SERVICE = TAINT_OUT_OF_SERVICE
 STUCK_FOR = 40.0
 """Cluster seconds the updated Deployment is watched before the taint (it must stay stuck)."""
 RESOLVE_WITHIN = 60.0

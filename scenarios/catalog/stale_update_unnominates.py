@@ -29,15 +29,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from scenarios import oracles
-from scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
-from scenarios.workloads import pod, preemption_victims
-from services.kinds import PODS
-
-OBSERVE = 60.0
+from kubemesh.scenarios import oracles
+from kubemesh.scenarios.framework import ScenarioContext, ScenarioError, Verdict
+from kubemesh.scenarios.workloads import PreemptionRace, pod, preemption_victims
+from kubemesh.services.model.kinds import PODS
 
 
-class StaleUpdateUnnominates(Scenario):
+class StaleUpdateUnnominates(PreemptionRace):
     """See the module docstring."""
 
     name: ClassVar[str] = "stale-update-unnominates"
@@ -45,11 +43,6 @@ class StaleUpdateUnnominates(Scenario):
                               "in-memory nomination, un-reserves the node for a smaller pod")
     upstream: ClassVar[tuple[str, ...]] = ("kubernetes#74931", "fixed by kubernetes#77990")
     bugs: ClassVar[tuple[str, ...]] = ("stale-update-unnominates",)
-    needs_chaos: ClassVar[bool] = True
-    shape: ClassVar[MeshShape] = MeshShape(
-        nodes=1, clock_rate=60.0, capacity="cpu=4,memory=16Gi,pods=110",
-        extra_args={"scheduler": ["--pod-initial-backoff-seconds", "20", "--pod-max-backoff-seconds", "40"]})
-    deadline: ClassVar[float] = 300.0
 
     async def run(self, ctx: ScenarioContext) -> Verdict:
         """Set up, inject, observe (see the module docstring)."""
@@ -103,8 +96,8 @@ class StaleUpdateUnnominates(Scenario):
                 pn, sn = oracles.node_name(await ctx.pod("p")), oracles.node_name(await ctx.pod("s"))
                 return (pn, sn) if pn or sn else None
 
-            first = await ctx.until(settled, within=OBSERVE)
-            await ctx.sleep(OBSERVE / 2)
+            first = await ctx.until(settled, within=self.observe)
+            await ctx.sleep(self.observe / 2)
             p, s = await ctx.pod("p"), await ctx.pod("s")
             ctx.close_window("hold p's updates to scheduler")
         pn, sn = oracles.node_name(p), oracles.node_name(s)

@@ -86,12 +86,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
-from scenarios import oracles
-from scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
-from scenarios.workloads import pod
-from services.client import ApiError
-from services.clock import time_or_none
-from services.kinds import EVENTS, NODES, PODS, Obj, labels_of, name_of, rv_of
+from kubemesh.scenarios import oracles
+from kubemesh.scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
+from kubemesh.scenarios.workloads import pod
+from kubemesh.services.machinery.client import ApiError
+from kubemesh.services.machinery.clock import time_or_none
+from kubemesh.services.model.kinds import EVENTS, NODES, PODS, Obj, labels_of, name_of, rv_of
+from kubemesh.services.model.wellknown import LABEL_ZONE, TAINT_NOT_READY, TAINT_UNREACHABLE
 
 ZONE_A: Final = "zone-a"
 """5 nodes: more than the large-cluster threshold."""
@@ -112,9 +113,9 @@ MASTER_WATCH = 30.0
 
 CM: Final = "controller-manager"
 DEBUG_PATH: Final = "/debug/controller-manager"
-ZONE_LABEL: Final = "topology.kubernetes.io/zone"
-UNREACHABLE: Final = "node.kubernetes.io/unreachable"
-NOT_READY: Final = "node.kubernetes.io/not-ready"
+ZONE_LABEL: Final = LABEL_ZONE
+UNREACHABLE: Final = TAINT_UNREACHABLE
+NOT_READY: Final = TAINT_NOT_READY
 NORMAL, PARTIAL, FULL = "Normal", "PartialDisruption", "FullDisruption"
 POLL_WALL = 0.03
 """Wall seconds between two polls of the debug document (tooling, not cluster behaviour)."""

@@ -15,9 +15,10 @@ import orjson
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from apiserver.chaos import CHAOS, ChaosEngine, install
-from apiserver.server import HISTORY, ServerSettings, build_app
-from apiserver.watching import WatchSettings
+from kubemesh.apiserver.chaos import CHAOS, ChaosEngine, install
+from kubemesh.apiserver.core import ApiserverCore, assemble
+from kubemesh.apiserver.server import ServerSettings, build_app
+from kubemesh.apiserver.watching import WatchSettings
 
 TOKEN = "s3cret"
 
@@ -35,6 +36,7 @@ class Mesh:
 
     server: TestServer
     app: web.Application
+    core: ApiserverCore
     session: aiohttp.ClientSession
     token: str | None
 
@@ -112,7 +114,7 @@ class Mesh:
         return out
 
     def history(self, type_: str | None = None, **where: Any) -> list[dict[str, Any]]:
-        recs = self.app[HISTORY].since(0, types=[type_] if type_ else None)
+        recs = self.core.history.since(0, types=[type_] if type_ else None)
         out = []
         for r in recs:
             merged = {**r, **(r.get("detail") or {})}
@@ -129,13 +131,14 @@ async def running(*, token: str | None = TOKEN, clock_rate: float = 1.0, seed: i
                   bookmark_interval: float = 5.0, forward_timeout: float = 5.0) -> AsyncIterator[Mesh]:
     settings = ServerSettings(token=token, clock_rate=clock_rate, seed=seed, chaos=False,
                               watch=WatchSettings(bookmark_interval=bookmark_interval))
-    app = build_app(settings)
-    install(app, rng=random.Random(seed), token=token, forward_timeout=forward_timeout)
+    core = assemble(settings)
+    app = build_app(core)
+    install(app, core, rng=random.Random(seed), token=token, forward_timeout=forward_timeout)
     server = TestServer(app)
     await server.start_server()
     session = aiohttp.ClientSession()
     try:
-        yield Mesh(server=server, app=app, session=session, token=token)
+        yield Mesh(server=server, app=app, core=core, session=session, token=token)
     finally:
         await session.close()
         await server.close()

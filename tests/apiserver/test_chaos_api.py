@@ -7,9 +7,13 @@ from typing import Any
 
 import msgpack
 import pytest
-from chaoskit import TOKEN, running
+from chaoskit import TOKEN, running, watch
 
-from services import codec
+from kubemesh.services.mesh.chaos_client import FaultFailedError, InvalidError, delivered
+from kubemesh.services.mesh.endpoint import MeshEndpoint
+from kubemesh.services.model import codec
+from kubemesh.services.tools.chaos_cli import build_spec, parse_trigger
+from kubemesh.services.tools.cli import build_parser, builtin_commands
 
 LATENCY: dict[str, Any] = {"type": "request.latency", "target": {"component": "scheduler"},
                            "params": {"delay": 0.01}, "duration": None}
@@ -65,7 +69,7 @@ async def test_unknown_targets_are_422_and_nothing_is_injected() -> None:
     async with running() as mesh:
         for spec, field in [
             ({**LATENCY, "target": {"component": "shceduler"}}, "target.component"),
-            ({**LATENCY, "target": {"instance": "ghost-1"}}, "target.instance"),
+            ({**LATENCY, "target": {"component": "controller-manager"}}, "target.component"),
             ({"type": "node.powerOff", "target": {"node": "node-9"}, "duration": None}, "target.node"),
             ({"type": "component.pause", "target": {"component": "scheduler"}, "duration": None},
              "target.component"),
@@ -236,7 +240,6 @@ async def test_overlapping_request_faults_have_defined_precedence() -> None:
 
 
 async def test_overlapping_holds_release_only_when_both_ended() -> None:
-    from chaoskit import watch
 
     async with running() as mesh:
         for name in ("h1", "h2"):
@@ -277,9 +280,7 @@ async def test_history_endpoint_serves_items_jsonl_and_filters() -> None:
 
 
 async def test_python_client_context_managers_remove_their_fault_even_when_the_body_raises() -> None:
-    from services.chaos_client import Chaos, InvalidError, delivered
-
-    async with running() as mesh, Chaos(mesh.url, TOKEN) as chaos:
+    async with running() as mesh, MeshEndpoint(url=mesh.url, token=TOKEN).chaos() as chaos:
         with pytest.raises(RuntimeError, match="boom"):
             async with chaos.hold_watch(component="scheduler", resource="pods", event_types=["DELETED"],
                                         release_on=delivered("scheduler", "nodes", name="node-1",
@@ -300,16 +301,43 @@ async def test_python_client_context_managers_remove_their_fault_even_when_the_b
 
 
 def test_cli_builds_specs_and_triggers() -> None:
-    import argparse
-
-    from services.chaos_cli import build_spec, parse_trigger, register
-
     assert parse_trigger("delivered:scheduler:nodes/node-1:DELETED+30#2", "release") == {
         "action": "release", "on": "delivered", "component": "scheduler", "resource": "nodes", "name": "node-1",
         "eventTypes": ["DELETED"], "occurrence": 2, "delay": 30.0}
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers(dest="command"))
+    parser = build_parser(builtin_commands())
     args = parser.parse_args(["chaos", "add", "request.error", "--component", "scheduler", "--param", "code=503",
                               "--verb", "list", "--forever"])
     assert build_spec(args) == {"type": "request.error", "target": {"component": "scheduler"},
                                 "match": {"verbs": ["list"]}, "params": {"code": 503}, "duration": None}
+
+
+async def test_a_fault_for_a_client_not_yet_connected_waits_for_it_then_takes_effect() -> None:
+    """Users set up faults first and start their controller second (issue: faults for unconnected clients)."""
+    async with running() as mesh:
+        spec = {"name": "slow-op", "type": "request.error", "target": {"component": "my-operator"},
+                "params": {"code": 503}, "duration": None}
+        created = await mesh.add(spec)
+        assert created["status"]["phase"] == "Active"
+        assert 'no client component "my-operator" has connected yet' in created["status"]["note"]
+        # Another client is not affected; the operator's first request (named by its User-Agent, as
+        # client-go and kopf name themselves) gets the fault and the note goes away.
+        assert (await mesh.call("GET", "/api/v1/namespaces", component="other")).status == 200
+        ua = {"User-Agent": "my-operator/v1.2.3 (linux/amd64) kubernetes/abc"}
+        async with mesh.session.get(mesh.url + "/api/v1/namespaces", headers={**ua, **mesh.headers(None)}) as resp:
+            assert resp.status == 503
+        fault = await mesh.fault("slow-op")
+        assert "note" not in fault["status"] and fault["status"]["injected"] == 1
+        assert [r["detail"]["connected"]["component"] for r in mesh.history("fault", op="update")] == ["my-operator"]
+
+
+async def test_a_fault_that_cannot_be_applied_raises_in_python_and_is_removed_by_its_context() -> None:
+    async with running() as mesh, MeshEndpoint(url=mesh.url, token=TOKEN).chaos() as chaos:
+        await mesh.create_node("node-1")  # a Node no kubelet registered: nothing can power it off
+        with pytest.raises(FaultFailedError, match="could not be applied: no admin endpoint found for node-1"):
+            await chaos.add({"name": "off", "type": "node.powerOff", "target": {"node": "node-1"}, "duration": None})
+        assert [f["status"]["phase"] for f in await chaos.list()] == ["Failed"]  # listed, for `chaos get`
+        await chaos.reset()
+        with pytest.raises(FaultFailedError):
+            async with chaos.power_off("node-1"):
+                pytest.fail("the body must not run when the fault did nothing")
+        assert await chaos.list() == []

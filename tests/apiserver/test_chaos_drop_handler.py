@@ -1,6 +1,6 @@
 """`component.dropHandler`: the spec, and forwarding to a component's handler-drop admin routes.
 
-The component is a stand-in admin endpoint serving `services.chaospoints` routes over real
+The component is a stand-in admin endpoint serving `kubemesh.services.process.chaospoints` routes over real
 (not running) informers, so the test checks what the component ends up armed with.
 """
 
@@ -15,12 +15,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from chaoskit import Mesh, running, settle
 
-from apiserver.chaos_spec import SpecError, parse
-from services import chaospoints
-from services.client import ApiClient
-from services.clock import ManualClock
-from services.informing import Informer
-from services.kinds import NODES, PODS
+from kubemesh.apiserver.chaos.spec import SpecError, parse
+from kubemesh.services.machinery.client import ApiClient
+from kubemesh.services.machinery.clock import ManualClock
+from kubemesh.services.machinery.informing import Informer
+from kubemesh.services.model.kinds import NODES, PODS
+from kubemesh.services.process import chaospoints
 
 DROP: dict[str, Any] = {"type": "component.dropHandler", "target": {"component": "scheduler"},
                         "match": {"resources": ["nodes"], "eventTypes": ["DELETED"], "name": "node-1"},
@@ -79,7 +79,7 @@ async def component(mesh: Mesh, *, name: str = "scheduler", instance: str = "sch
     clock = ManualClock()
     informers = {"nodes": Informer(client, NODES, clock=clock), "pods": Informer(client, PODS, clock=clock)}
     app = web.Application()
-    app.add_routes(chaospoints.routes(informers=informers))
+    app.add_routes(chaospoints.routes(points=chaospoints.ChaosPoints(), informers=informers))
     server = TestServer(app)
     await server.start_server()
     try:

@@ -18,7 +18,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from chaoskit import Mesh, running, settle, watch
 
-from services import chaospoints
+from kubemesh.services.mesh.state import free_port
+from kubemesh.services.process import chaospoints
 
 S, CM = "scheduler", "controller_manager"
 CLEAN = {"liveFaults": 0, "pendingEvents": 0, "suppressedBookmarks": 0, "effects": 0, "stalledRequests": 0,
@@ -476,7 +477,7 @@ async def test_arm_trigger_with_occurrence_and_cluster_delay() -> None:
 class StandIn:
     """A stand-in admin endpoint (kubelet or component) that records calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, host: str = "127.0.0.1", port: int | None = None) -> None:
         self.calls: list[tuple[str, str, Any]] = []
         self.slow = False
         self.crashes: list[tuple[int, bool]] = []
@@ -499,7 +500,7 @@ class StandIn:
                                                crash=lambda code, restart: self.crashes.append((code, restart)),
                                                crash_delay=0.0))
         self.app.router.add_route("*", "/{tail:.*}", self.record)
-        self.server = TestServer(self.app)
+        self.server = TestServer(self.app, host=host, port=port)
 
     async def record(self, request: web.Request) -> web.Response:
         raw = await request.read()
@@ -517,8 +518,8 @@ class StandIn:
 
 
 @contextlib.asynccontextmanager
-async def stand_in() -> AsyncIterator[StandIn]:
-    s = StandIn()
+async def stand_in(*, host: str = "127.0.0.1", port: int | None = None) -> AsyncIterator[StandIn]:
+    s = StandIn(host=host, port=port)
     await s.server.start_server()
     try:
         yield s
@@ -526,10 +527,22 @@ async def stand_in() -> AsyncIterator[StandIn]:
         await s.server.close()
 
 
+async def register_kubelet(mesh: Mesh, instance: str, s: StandIn, nodes: list[str]) -> None:
+    r = await mesh.call("PUT", f"/kubemesh/v1/components/{instance}", component="kubelet", instance=instance,
+                        body={"component": "kubelet", "instance": instance, "adminURL": s.url, "nodes": nodes})
+    assert r.status == 200, r.body
+
+
 async def test_node_faults_are_forwarded_to_the_hosting_kubelet_and_undone() -> None:
-    async with running(forward_timeout=0.3) as mesh, stand_in() as kubelet, stand_in() as other:
-        await mesh.create_node("node-1", port=kubelet.server.port)
-        await mesh.create_node("node-2", port=other.server.port)
+    # Two kubelets on one port, as in containers (on two loopback addresses): node faults are
+    # routed by the nodes each kubelet registered, never by the port on the Node object.
+    port = free_port()
+    async with running(forward_timeout=0.3) as mesh, stand_in(port=port) as kubelet, \
+            stand_in(host="127.0.0.2", port=port) as other:
+        await mesh.create_node("node-1", port=port)
+        await mesh.create_node("node-2", port=port)
+        await register_kubelet(mesh, "kubelet-2", other, ["node-2"])
+        await register_kubelet(mesh, "kubelet-1", kubelet, ["node-1"])
         f = await mesh.add({"name": "off", "type": "node.powerOff", "target": {"node": "node-1"}, "duration": None})
         assert f["status"] | {"injected": 1, "phase": "Active", "targets": ["node-1"]} == f["status"]
         # overlapping: a second power-off; the node comes back only when both ended
@@ -584,9 +597,9 @@ async def test_component_faults_are_forwarded_to_the_admin_endpoint() -> None:
         await mesh.add({"name": "pt", "type": "component.chaosPoint", "target": {"component": S},
                         "params": {"point": "scheduler.after_bind", "action": "crash", "after": 1},
                         "duration": None})
-        await chaospoints.chaos_point("scheduler.after_bind", points=sched.points)
+        await sched.points.hit("scheduler.after_bind")
         assert sched.crashes == []
-        await chaospoints.chaos_point("scheduler.after_bind", points=sched.points)
+        await sched.points.hit("scheduler.after_bind")
         assert sched.crashes == [(1, False)]
         crash = await mesh.add({"name": "boom", "type": "component.crash", "target": {"component": S},
                                 "params": {"restart": True}, "duration": None})
@@ -607,10 +620,10 @@ async def test_chaos_point_pause_blocks_the_task_until_disarmed() -> None:
     points = chaospoints.ChaosPoints(crash=lambda code, restart: None)
     points.declare("a.b")
     points.arm("a.b", action="pause")
-    task = asyncio.ensure_future(chaospoints.chaos_point("a.b", points=points))
+    task = asyncio.ensure_future(points.hit("a.b"))
     await settle()
     assert not task.done() and points.describe()[0]["paused"] == 1
     assert points.disarm("a.b")
     await task
-    await chaospoints.chaos_point("a.b", points=points)  # disarmed: passes
+    await points.hit("a.b")  # disarmed: passes
     assert points.describe()[0]["hits"] == 2

@@ -5,7 +5,7 @@ from typing import Any
 import orjson
 import pytest
 
-from apiserver.discovery import (
+from kubemesh.apiserver.discovery import (
     AGGREGATED_V2,
     AGGREGATED_V2BETA1,
     GIT_VERSION,
@@ -19,7 +19,7 @@ from apiserver.discovery import (
     served_group_versions,
     version_info,
 )
-from services.kinds import KINDS, Obj
+from kubemesh.services.model.kinds import KINDS, Obj
 
 KUBECTL_130_ACCEPT = (
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"

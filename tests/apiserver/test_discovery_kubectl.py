@@ -20,7 +20,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from apiserver.discovery import (
+from kubemesh.apiserver.discovery import (
     GIT_VERSION,
     SERVER_MINOR,
     aggregated_discovery,
@@ -31,15 +31,15 @@ from apiserver.discovery import (
     api_versions,
     version_info,
 )
-from apiserver.openapi import (
+from kubemesh.apiserver.openapi import (
     OPENAPI_V2_CONTENT_TYPE,
     openapi_v2_protobuf,
     openapi_v3_document,
     openapi_v3_index,
 )
-from apiserver.tables import to_table, wants_table, watch_event_table
-from services.clock import format_time
-from services.kinds import NODES, Obj
+from kubemesh.apiserver.tables import to_table, wants_table, watch_event_table
+from kubemesh.services.machinery.clock import format_time
+from kubemesh.services.model.kinds import NODES, Obj
 
 pytestmark = pytest.mark.kubectl
 

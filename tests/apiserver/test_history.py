@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from apiserver.history import History
-from services.clock import ManualClock
+from kubemesh.apiserver.history import History
+from kubemesh.services.machinery.clock import ManualClock
 
 
 def make(capacity: int) -> History:

@@ -6,14 +6,14 @@ import orjson
 import pytest
 import yaml
 
-from apiserver.discovery import served_group_versions
-from apiserver.openapi import (
+from kubemesh.apiserver.discovery import served_group_versions
+from kubemesh.apiserver.openapi import (
     OPENAPI_V2_CONTENT_TYPE,
     openapi_v2_protobuf,
     openapi_v3_document,
     openapi_v3_index,
 )
-from services.kinds import KINDS, Obj
+from kubemesh.services.model.kinds import KINDS, Obj
 
 PATCHABLE = {(k.group, k.version, k.kind) for k in KINDS if "patch" in k.verbs}
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apiserver.patching import (
+from kubemesh.apiserver.patching import (
     PatchError,
     apply_json_patch,
     apply_merge_patch,
@@ -18,7 +18,7 @@ from apiserver.patching import (
     apply_strategic_merge_patch,
     field_rule,
 )
-from services.kinds import CONFIGMAPS, DEPLOYMENTS, NODES, PODDISRUPTIONBUDGETS, PODS
+from kubemesh.services.model.kinds import CONFIGMAPS, DEPLOYMENTS, NODES, PODDISRUPTIONBUDGETS, PODS
 
 # ---------------------------------------------------------------------------------------------
 # Helpers: JSON strategies and aliasing checks.

@@ -21,8 +21,9 @@ from kubernetes import watch as _k8s_watch
 from kubernetes_asyncio import client as _ak8s
 from kubernetes_asyncio import watch as _ak8s_watch
 
-from apiserver.server import ServerSettings, build_app
-from apiserver.watching import WatchSettings
+from kubemesh.apiserver.core import assemble
+from kubemesh.apiserver.server import ServerSettings, build_app
+from kubemesh.apiserver.watching import WatchSettings
 
 if TYPE_CHECKING:  # conftest is never imported at run time (see tests/conftest.py)
     from conftest import ApiServer
@@ -79,7 +80,7 @@ async def async_api(url: str) -> AsyncIterator[Any]:
 @contextlib.asynccontextmanager
 async def in_process_apiserver(window: int) -> AsyncIterator[str]:
     """The apiserver app in this process with a small watch window; yields its URL."""
-    app = build_app(ServerSettings(host="127.0.0.1", port=0, seed=7, watch=WatchSettings(window=window)))
+    app = build_app(assemble(ServerSettings(host="127.0.0.1", port=0, seed=7, watch=WatchSettings(window=window))))
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 from typing import Any
 
@@ -10,24 +11,24 @@ import msgpack
 import orjson
 import pytest
 
-from apiserver import errors
-from apiserver.registry import DeleteOptions, Registry, WriteOptions
-from apiserver.storage import LogBackend, Store
-from apiserver.watching import Watcher, WatchHub, WatchSettings
-from services.clock import ManualClock
-from services.kinds import NAMESPACES, NODES, PODS, Obj
-from services.selectors import parse_field_selector, parse_label_selector
+from kubemesh.apiserver import errors
+from kubemesh.apiserver.registry import DeleteOptions, Registry, WriteOptions
+from kubemesh.apiserver.storage import LogBackend, Store
+from kubemesh.apiserver.watching import Watcher, WatchHub, WatchSettings
+from kubemesh.services.machinery.clock import ManualClock
+from kubemesh.services.model.kinds import NAMESPACES, NODES, PODS, Obj
+from kubemesh.services.model.selectors import parse_field_selector, parse_label_selector
 
 
 def make(
     *, window: int = 100, max_queue: int = 1000, data_dir: Path | None = None
 ) -> tuple[Registry, WatchHub]:
-    import random
 
     clock = ManualClock()
     store = Store(backend=LogBackend(data_dir) if data_dir else None)
     hub = WatchHub(store=store, now=clock.now,
                    settings=WatchSettings(window=window, max_queue=max_queue, bookmark_interval=3600))
+    store.subscribe(hub.publish)
     return Registry(store=store, clock=clock, rng=random.Random(1)), hub
 
 
@@ -274,7 +275,6 @@ def test_log_backend_recovers_acknowledged_writes(tmp_path: Path) -> None:
 
 def test_log_backend_compacts_into_a_snapshot(tmp_path: Path) -> None:
     store = Store(backend=LogBackend(tmp_path, compact_every=3))
-    import random
     reg = Registry(store=store, clock=ManualClock(), rng=random.Random(2))
     for i in range(5):
         reg.create(PODS, "default", pod(f"p{i}"), OPTS)

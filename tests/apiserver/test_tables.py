@@ -5,9 +5,9 @@ from typing import Any
 import orjson
 import pytest
 
-from apiserver.tables import column_definitions, human_duration, to_table, wants_table, watch_event_table
-from services.clock import format_time
-from services.kinds import (
+from kubemesh.apiserver.tables import column_definitions, human_duration, to_table, wants_table, watch_event_table
+from kubemesh.services.machinery.clock import format_time
+from kubemesh.services.model.kinds import (
     CONFIGMAPS,
     DAEMONSETS,
     DEPLOYMENTS,

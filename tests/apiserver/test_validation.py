@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -10,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apiserver import admission
-from apiserver.validation import unknown_fields, validate_name, validate_object
-from services.kinds import (
+from kubemesh.apiserver import admission
+from kubemesh.apiserver.validation import unknown_fields, validate_name, validate_object
+from kubemesh.services.model.kinds import (
     BINDINGS,
     CONFIGMAPS,
     DAEMONSETS,
@@ -169,7 +170,6 @@ def test_schema_covers_every_kind() -> None:
 
 def test_schema_is_current() -> None:
     pytest.importorskip("kubernetes")
-    import importlib.util
 
     path = Path(__file__).parents[2] / "scripts" / "gen_schema.py"
     spec = importlib.util.spec_from_file_location("gen_schema", path)

@@ -25,9 +25,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apiserver import admission
-from apiserver.validation import validate_object
-from services.kinds import DEPLOYMENTS, PODS
+from kubemesh.apiserver import admission
+from kubemesh.apiserver.validation import validate_object
+from kubemesh.services.model.kinds import DEPLOYMENTS, PODS
 
 _NAMES = st.from_regex(r"[a-z]([a-z0-9-]{0,8}[a-z0-9])?", fullmatch=True)
 _LABEL_KEYS = st.sampled_from(["app", "tier", "example.com/team", "k8s.io/part-of"])

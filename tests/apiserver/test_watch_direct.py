@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import orjson
 
-from apiserver.registry import Registry, WriteOptions
-from apiserver.storage import Store
-from apiserver.watching import Watcher, WatchHub, WatchSettings
-from services.clock import ManualClock
-from services.kinds import PODS, Obj
-from services.selectors import parse_label_selector
+from kubemesh.apiserver.registry import Registry, WriteOptions
+from kubemesh.apiserver.storage import Store
+from kubemesh.apiserver.watching import Watcher, WatchHub, WatchSettings
+from kubemesh.services.machinery.clock import ManualClock
+from kubemesh.services.model.kinds import PODS, Obj
+from kubemesh.services.model.selectors import parse_label_selector
 
 if TYPE_CHECKING:
     from conftest import StartApiServer
@@ -64,6 +64,7 @@ def make(*, max_queue: int = 1000, interval: float = 0.0) -> tuple[Registry, Wat
     store = Store()
     hub = WatchHub(store=store, now=clock.now,
                    settings=WatchSettings(max_queue=max_queue, bookmark_interval=3600, flush_interval=interval))
+    store.subscribe(hub.publish)
     reg = Registry(store=store, clock=clock, rng=random.Random(1))
     return reg, hub
 

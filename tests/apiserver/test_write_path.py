@@ -20,10 +20,15 @@ import msgpack
 import orjson
 import pytest
 
-from apiserver.registry import random_uuid
-from apiserver.serving import parse_target
-from services.codec import MSGPACK
-from services.kinds import PODS
+from kubemesh.apiserver.core import assemble
+from kubemesh.apiserver.registry import DeleteOptions, Registry, WriteOptions, random_uuid
+from kubemesh.apiserver.serving import parse_target
+from kubemesh.apiserver.settings import ServerSettings
+from kubemesh.apiserver.storage import Store
+from kubemesh.apiserver.watching import WatchSettings
+from kubemesh.services.machinery.clock import ManualClock
+from kubemesh.services.model.codec import MSGPACK
+from kubemesh.services.model.kinds import DEPLOYMENTS, PODS
 
 if TYPE_CHECKING:
     from conftest import ApiServer
@@ -150,14 +155,10 @@ class _NullSink:
 
 async def test_writes_and_their_fan_out_leave_no_cyclic_garbage() -> None:
     """The garbage-collector policy (services/gctuning.py) relies on this: refcounting frees it all."""
-    from apiserver.registry import DeleteOptions, WriteOptions
-    from apiserver.server import ServerSettings, build_app
-    from apiserver.serving import HUB, REGISTRY
-    from apiserver.watching import WatchSettings
 
     # A small window, so that events leave it (and would become garbage) during the test.
-    app = build_app(ServerSettings(host="127.0.0.1", port=1, watch=WatchSettings(window=50)))
-    registry, hub = app[REGISTRY], app[HUB]
+    core = assemble(ServerSettings(host="127.0.0.1", port=1, watch=WatchSettings(window=50)))
+    registry, hub = core.registry, core.hub
     watchers = []
     for i in range(5):
         w = hub.watch(PODS, namespace=None, labels=None, fields=None, resource_version="",
@@ -191,10 +192,6 @@ async def test_writes_and_their_fan_out_leave_no_cyclic_garbage() -> None:
 
 def test_an_update_without_the_defaults_is_defaulted_and_is_not_a_spec_change() -> None:
     """A PUT of a spec stripped of its defaults (as some clients send) changes nothing in it."""
-    from apiserver.registry import Registry, WriteOptions
-    from apiserver.storage import Store
-    from services.clock import ManualClock
-    from services.kinds import DEPLOYMENTS
 
     reg = Registry(store=Store(), clock=ManualClock(), rng=random.Random(3))
     opts = WriteOptions()

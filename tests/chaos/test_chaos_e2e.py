@@ -24,12 +24,13 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
-from services.certs import client_context
-from services.chaos_client import Chaos, delivered
-from services.client import ApiClient, InvalidError, NotFoundError
-from services.clock import ClusterClock, parse_time
-from services.kinds import LEASES, NODES, PODS, Obj
-from services.launching import Mesh, MeshSpec, auth_headers, fetch_components, node_is_ready
+from kubemesh.services.machinery.certs import client_context
+from kubemesh.services.machinery.client import ApiClient, InvalidError, NotFoundError
+from kubemesh.services.machinery.clock import ClusterClock, parse_time
+from kubemesh.services.mesh.chaos_client import Chaos, delivered
+from kubemesh.services.mesh.endpoint import node_is_ready
+from kubemesh.services.mesh.launching import Mesh, MeshSpec
+from kubemesh.services.model.kinds import LEASES, NODES, PODS, Obj
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(240)]
 
@@ -82,7 +83,7 @@ class Env:
 
     async def registry(self) -> dict[str, dict[str, Any]]:
         """The apiserver's component registry by instance."""
-        comps = await fetch_components(self.http, self.mesh.apiserver_url, self.mesh.token)
+        comps = await self.mesh.endpoint.components()
         assert comps is not None
         return comps
 
@@ -249,11 +250,9 @@ async def env() -> AsyncIterator[Env]:
     """One real mesh for the module."""
     spec = MeshSpec(nodes=3, clock_rate=RATE, seed=17, start_timeout=90.0)
     async with Mesh(spec) as mesh:
-        ssl_ctx = client_context(mesh.ca_path) if mesh.ca_path else None
-        # `mesh.chaos` raises NameError (see test_mesh_chaos_property): build the client directly.
-        chaos = Chaos(mesh.apiserver_url, mesh.token, ca_file=str(mesh.ca_path) if mesh.ca_path else None)
-        http = aiohttp.ClientSession(headers=auth_headers(mesh.token), timeout=aiohttp.ClientTimeout(total=10),
-                                     connector=aiohttp.TCPConnector(ssl=ssl_ctx if ssl_ctx else True))
+        chaos = mesh.endpoint.chaos()
+        http = aiohttp.ClientSession(headers=mesh.endpoint.headers(component="test"),
+                                     timeout=aiohttp.ClientTimeout(total=10), connector=mesh.endpoint.connector())
         api = mesh.client("e2e")
         try:
             clock = ClusterClock.from_document(await api.get_clock())
@@ -328,12 +327,12 @@ async def test_missing_or_wrong_token_is_401_and_injects_nothing(env: Env) -> No
      "FieldValueNotFound"),
     ({"type": "component.pause", "target": {"component": "scheduler", "instance": "scheduler-7"}, "duration": None},
      "target.instance", "FieldValueNotFound"),
-    ({"type": "partition", "target": {"component": "nonesuch"}, "duration": None}, "target.component",
+    ({"type": "partition", "target": {"component": "kube-schedulr"}, "duration": None}, "target.component",
      "FieldValueNotFound"),
     ({"type": "watch.hold", "target": {"component": "scheduler"}, "match": {"resources": ["gizmos"]},
       "duration": None}, "match.resources", "FieldValueInvalid"),
 ], ids=["unknown-type", "no-duration", "no-condition-type", "unknown-node", "unknown-component",
-        "unknown-instance", "unknown-client", "unknown-resource"])
+        "unknown-instance", "kubemesh-component-misspelt", "unknown-resource"])
 async def test_bad_spec_or_unknown_target_is_422_and_injects_nothing(env: Env, spec: dict[str, Any], field: str,
                                                                      reason: str) -> None:
     since = await env.last_index()

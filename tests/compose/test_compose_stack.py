@@ -1,8 +1,9 @@
-"""The compose stack in Docker, driven through testcontainers (`services.pytest_plugin.ComposeStack`).
+"""The compose stack in Docker, driven through testcontainers (`kubemesh.services.mesh.compose.ComposeStack`).
 
-Skipped (not failed) when this machine has no Docker engine with compose v2; `.ci/run` sets
-them up first (`scripts/docker-setup`), so in CI these tests really run. The session fixture
-runs `scripts/docker-setup` too, which rebuilds the image only when its sources changed.
+Without a Docker engine with compose v2 these tests skip, except under `CI=true`, where they
+fail: `.ci/run` sets Docker up first (`scripts/docker-setup`), so in CI they really run. The
+session fixture runs `scripts/docker-setup` too, which rebuilds the image only when its
+sources changed.
 """
 
 from __future__ import annotations
@@ -14,22 +15,19 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
-from services.kinds import PODS
-from services.launching import node_is_ready
-from services.pytest_plugin import (
-    ComposeCluster,
-    ComposeStack,
-    Kubectl,
-    MeshRequest,
-    docker_available,
-    start_cluster,
-)
+from kubemesh.scenarios.attached import ExistingMesh
+from kubemesh.scenarios.catalog.recreate_stuck_terminating import RecreateStuckTerminating
+from kubemesh.scenarios.running import run_scenario
+from kubemesh.services.mesh.compose import ComposeStack, docker_available
+from kubemesh.services.mesh.endpoint import node_is_ready
+from kubemesh.services.mesh.kubectl import Kubectl
+from kubemesh.services.model.kinds import PODS
+from kubemesh.services.tools.testing import ComposeCluster, MeshRequest, astart_cluster
 
 REPO = Path(__file__).resolve().parent.parent.parent
 COMPOSE_FILE = REPO / "compose.yaml"
@@ -39,17 +37,24 @@ NODES_PER_KUBELET = 2
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
+def unavailable(why: str) -> None:
+    """Skip, except under CI=true: there a compose test that cannot run is a failure."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{why} (CI=true: the compose tests must run)", pytrace=False)
+    pytest.skip(why)
+
+
 @pytest.fixture(scope="session")
 def docker_image() -> str:
     """Docker and compose answer and the image is built from the current sources, else skip."""
     why = docker_available()
     if why is not None:
-        pytest.skip(f"Docker cannot run here: {why} (scripts/docker-setup installs and starts it)")
+        unavailable(f"Docker cannot run here: {why} (scripts/docker-setup installs and starts it)")
     os.environ["TESTCONTAINERS_RYUK_DISABLED"] = "true"
     r = subprocess.run([str(REPO / "scripts" / "docker-setup")], capture_output=True, text=True, timeout=900,
                        check=False, env={**os.environ, "KUBEMESH_IMAGE": IMAGE})
     if r.returncode == 3:
-        pytest.skip(f"Docker cannot be set up here: {r.stderr.strip()[-500:]}")
+        unavailable(f"Docker cannot be set up here: {r.stderr.strip()[-500:]}")
     assert r.returncode == 0, f"scripts/docker-setup failed:\n{r.stderr[-4000:]}"
     return IMAGE
 
@@ -66,21 +71,18 @@ def stack(docker_image: str) -> Iterator[ComposeStack]:
         s.stop()
 
 
-@pytest_asyncio.fixture
-async def cluster(stack: ComposeStack) -> AsyncIterator[ComposeCluster]:
-    c = ComposeCluster(stack)
-    try:
-        yield c
-    finally:
-        await c.aclose()
+@pytest.fixture
+def cluster(stack: ComposeStack) -> ComposeCluster:
+    return ComposeCluster(stack)
 
 
 @pytest.fixture
 def kubectl(stack: ComposeStack, tmp_path: Path) -> Kubectl:
     binary = shutil.which("kubectl")
     if binary is None:
-        pytest.skip("kubectl is not installed")
-    return Kubectl(ComposeCluster(stack), binary=binary, cache_dir=tmp_path / "kubectl-cache")
+        unavailable("kubectl is not installed")
+    assert binary is not None
+    return Kubectl(stack.kubeconfig_path, binary=binary, cache_dir=tmp_path / "kubectl-cache")
 
 
 async def ready_nodes(kubectl: Kubectl, count: int, *, timeout: float = 60.0) -> list[str]:  # noqa: ASYNC109
@@ -130,6 +132,53 @@ async def test_scale_kubelets_from_1_to_3_keeps_names_unique_and_stable(stack: C
     await asyncio.to_thread(subprocess.run, ["docker", "restart", "-t", "3", f"{stack.project}-kubelet-2"],
                             check=True, capture_output=True)
     assert await ready_nodes(kubectl, len(expected)) == expected
+    after = {n["metadata"]["name"]: n["metadata"]["uid"] for n in (await kubectl.json("get", "nodes"))["items"]}
+    assert after == before
+
+
+def kubemesh_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The `kubemesh` command as a user runs it, from this checkout's virtualenv."""
+    return subprocess.run([sys.executable, "-m", "kubemesh", *args], capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+async def test_chaos_cli_powers_off_a_node_of_the_third_kubelet_and_fails_loudly_when_it_cannot(
+        stack: ComposeStack, kubectl: Kubectl) -> None:
+    """Every kubelet container listens on the same port: node faults are routed by the nodes each registered."""
+    await asyncio.to_thread(stack.scale_kubelets, 3)
+    await ready_nodes(kubectl, 3 * NODES_PER_KUBELET)
+    state = str(stack.state_dir)
+    victim = f"node-{2 * NODES_PER_KUBELET + 1}"  # the first node of kubelet-3
+    r = kubemesh_cli("chaos", "add", "node.powerOff", "--node", victim, "--name", "off", "--duration", "600",
+                     "--state-dir", state, "-o", "json")
+    assert r.returncode == 0, r.stderr
+    fault = json.loads(r.stdout)
+    assert fault["status"]["phase"] == "Active" and fault["status"]["injected"] == 1, fault
+    hosted = json.loads(await asyncio.to_thread(stack.exec, "kubelet", "kubemesh-entrypoint", "admin", "GET",
+                                                f"/nodes/{victim}", index=3))
+    assert hosted["powered"] is False, hosted
+    r = kubemesh_cli("chaos", "list", "--kubeconfig", str(stack.kubeconfig_path), "-o", "json")
+    assert r.returncode == 0 and [f["name"] for f in json.loads(r.stdout)] == ["off"], r.stdout + r.stderr
+    r = kubemesh_cli("chaos", "reset", "--state-dir", state)
+    assert r.returncode == 0 and json.loads(r.stdout)["healed"] == ["off"], r.stdout + r.stderr
+    hosted = json.loads(await asyncio.to_thread(stack.exec, "kubelet", "kubemesh-entrypoint", "admin", "GET",
+                                                f"/nodes/{victim}", index=3))
+    assert hosted["powered"] is True, hosted
+    # A node nobody has: refused with the reason, nothing created.
+    r = kubemesh_cli("chaos", "add", "node.powerOff", "--node", "node-99", "--forever", "--state-dir", state)
+    assert r.returncode == 1 and 'node "node-99" not found' in r.stderr, r.stderr
+
+    # Scaled down, kubelet-3 is gone but its nodes stay in the API: a fault on one of them cannot
+    # be applied, and the CLI says so and exits non-zero (the fault stays listed as Failed).
+    before = {n["metadata"]["name"]: n["metadata"]["uid"] for n in (await kubectl.json("get", "nodes"))["items"]}
+    await asyncio.to_thread(stack.scale_kubelets, 1)
+    r = kubemesh_cli("chaos", "add", "node.powerOff", "--node", victim, "--name", "orphan", "--forever",
+                     "--state-dir", state)
+    assert r.returncode == 1 and "could not be applied" in r.stderr, r.stdout + r.stderr
+    assert kubemesh_cli("chaos", "reset", "--state-dir", state).returncode == 0
+    # Scaled up again, the same kubelets bring back the same nodes: names and uids.
+    await asyncio.to_thread(stack.scale_kubelets, 3)
+    await ready_nodes(kubectl, 3 * NODES_PER_KUBELET)
     after = {n["metadata"]["name"]: n["metadata"]["uid"] for n in (await kubectl.json("get", "nodes"))["items"]}
     assert after == before
 
@@ -189,12 +238,8 @@ async def test_a_crashed_component_is_restarted_by_the_restart_policy(stack: Com
 
 async def test_chaos_component_crash_is_recovered_by_the_restart_policy(stack: ComposeStack,
                                                                         cluster: ComposeCluster) -> None:
-    if not await cluster.chaos_available():
-        pytest.skip("the apiserver does not serve the chaos front door (/chaos/v1)")
-    from services.chaos_client import Chaos
-
     before = restart_count(stack, "controller-manager")
-    async with cluster.client("chaos") as client:
+    async with cluster.client("chaos") as client, cluster.chaos() as chaos:
         # The fault is forwarded to the component's admin endpoint, which the component
         # registers with the apiserver after start-up (and again every few seconds).
         deadline = time.monotonic() + 60
@@ -204,27 +249,12 @@ async def test_chaos_component_crash_is_recovered_by_the_restart_policy(stack: C
                 break
             assert time.monotonic() < deadline, f"the controller-manager never registered: {registered}"
             await asyncio.sleep(0.5)
-        chaos = Chaos(client, cluster.token)
         fault = await chaos.add({"type": "component.crash", "target": {"component": "controller_manager"},
                                  "duration": None})
         try:
             await wait_restarted(stack, "controller-manager", before)
         finally:
             await chaos.remove(fault["name"], missing_ok=True)
-
-
-def _make_scenarios_importable() -> None:
-    """Import the repository's `scenarios` package even where `tests/scenarios` shadows it.
-
-    Until `scenarios` is an installed package, the test folder `tests/scenarios` (on sys.path
-    through the root conftest) can be taken for it as a namespace package.
-    """
-    mod = sys.modules.get("scenarios")
-    if mod is not None and getattr(mod, "__file__", None) is None:
-        for name in [m for m in sys.modules if m == "scenarios" or m.startswith("scenarios.")]:
-            del sys.modules[name]
-    if str(REPO) not in sys.path:
-        sys.path.append(str(REPO))
 
 
 def test_down_leaves_no_container_network_or_volume(stack: ComposeStack) -> None:
@@ -255,22 +285,17 @@ async def test_recreate_stuck_terminating_reproduces_on_the_stack_in_buggy_mode(
     clock rate: a slower clock is allowed (the same cluster-time behaviour, in more wall time)
     and leaves the containers' start-up of the replacement pod room on a loaded machine.
     """
-    _make_scenarios_importable()
-    from scenarios.attached import ExistingMesh
-    from scenarios.catalog.recreate_stuck_terminating import RecreateStuckTerminating
-    from scenarios.running import run_scenario
-
     scenario = RecreateStuckTerminating()
     shape = scenario.mesh_shape("buggy")
     request = MeshRequest(nodes=shape.nodes, clock_rate=shape.clock_rate / 2, bugs=scenario.bugs_for("buggy"),
                           seed=1, compose=True)
-    async with start_cluster(request, compose=True, compose_file=COMPOSE_FILE, image=docker_image,
-                             state_dir=tmp_path / "state") as compose:
+    async with astart_cluster(request, compose=True, compose_file=COMPOSE_FILE, image=docker_image,
+                              state_dir=tmp_path / "state") as compose:
         assert isinstance(compose, ComposeCluster)
         env = compose.stack.env_file.read_text()
         assert "KUBEMESH_BUGS=no-out-of-service-gc\n" in env, env
         target = ExistingMesh.from_kubeconfig(compose.kubeconfig_path)
-        assert target.apiserver_url == f"https://127.0.0.1:{compose.stack.port}"
+        assert target.endpoint.url == f"https://127.0.0.1:{compose.stack.port}"
 
         [first] = await run_scenario(scenario, modes=("buggy",), seed=1, report_dir=tmp_path / "reports",
                                      target=target, log=print)
@@ -280,7 +305,7 @@ async def test_recreate_stuck_terminating_reproduces_on_the_stack_in_buggy_mode(
 
         # Again on the same stack, as a user would: the CLI, attached through the kubeconfig.
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", "import sys; from services.cli import main; sys.exit(main())",
+            sys.executable, "-c", "import sys; from kubemesh.services.tools.cli import main; sys.exit(main())",
             "scenario", "run", scenario.name, "--mode", "buggy", "--attach", str(compose.kubeconfig_path),
             "--seed", "2", "--json", "--report-dir", str(tmp_path / "cli-reports"), cwd=REPO,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)

@@ -13,16 +13,16 @@ import copy
 import itertools
 from typing import Any
 
-from controller_manager.objects import (
+from kubemesh.controller_manager.objects import (
     PatchType,
     index_by_namespace,
     index_by_node,
     index_by_owner,
     index_by_uid,
 )
-from services.client import AlreadyExistsError, ConflictError, NotFoundError
-from services.clock import ManualClock, format_time
-from services.kinds import Kind, Obj, key_of
+from kubemesh.services.machinery.client import AlreadyExistsError, ConflictError, NotFoundError
+from kubemesh.services.machinery.clock import ManualClock, format_time
+from kubemesh.services.model.kinds import Kind, Obj, key_of
 
 INDEXES = {"namespace": index_by_namespace, "node": index_by_node, "owner": index_by_owner, "uid": index_by_uid}
 

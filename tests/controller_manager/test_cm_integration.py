@@ -37,11 +37,11 @@ from typing import Any, TypeVar
 import pytest
 import pytest_asyncio
 
-from services.chaos_client import Chaos
-from services.client import ApiClient, NotFoundError
-from services.clock import parse_time
-from services.kinds import DEPLOYMENTS, LEASES, NODES, PODS, REPLICASETS, Obj
-from services.launching import Mesh, MeshSpec
+from kubemesh.services.machinery.client import ApiClient, NotFoundError
+from kubemesh.services.machinery.clock import parse_time
+from kubemesh.services.mesh.chaos_client import Chaos
+from kubemesh.services.mesh.launching import Mesh, MeshSpec
+from kubemesh.services.model.kinds import DEPLOYMENTS, LEASES, NODES, PODS, REPLICASETS, Obj
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -72,7 +72,7 @@ def make_chaos(mesh: Mesh) -> Chaos:
 
     `Mesh.chaos` cannot be used: it raises NameError (see `test_mesh_chaos_property`).
     """
-    return Chaos(mesh.apiserver_url, mesh.token, ca_file=str(mesh.ca_path) if mesh.ca_path else None)
+    return mesh.endpoint.chaos()
 
 
 @dataclass

@@ -8,14 +8,15 @@ from typing import Any
 import pytest
 from cm_fakes import FakeApi, FakeStore
 
-from controller_manager.nodelifecycle import NodeLifecycleController, assess_node_health
-from controller_manager.objects import TAINT_NOT_READY, TAINT_UNREACHABLE, PatchType, condition, condition_status
-from controller_manager.settings import NodeLifecycleSettings
-from controller_manager.zones import ZoneState
-from services.clock import ManualClock, format_micro_time, format_time
-from services.eventing import EventRecorder
-from services.kinds import DAEMONSETS, LEASES, NODES, PODS, Obj
-from services.podutil import taints_of
+from kubemesh.controller_manager.nodelifecycle import NodeLifecycleController, assess_node_health
+from kubemesh.controller_manager.objects import PatchType, condition, condition_status
+from kubemesh.controller_manager.settings import NodeLifecycleSettings
+from kubemesh.controller_manager.zones import ZoneState
+from kubemesh.services.machinery.clock import ManualClock, format_micro_time, format_time
+from kubemesh.services.machinery.eventing import EventRecorder
+from kubemesh.services.model.kinds import DAEMONSETS, LEASES, NODES, PODS, Obj
+from kubemesh.services.model.podutil import taints_of
+from kubemesh.services.model.wellknown import TAINT_NOT_READY, TAINT_UNREACHABLE
 
 S = NodeLifecycleSettings()  # grace 50 s (current)
 

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from controller_manager.settings import (
+from kubemesh.controller_manager.settings import (
     ALL_CONTROLLERS,
     add_arguments,
     from_namespace,

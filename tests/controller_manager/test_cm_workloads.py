@@ -8,24 +8,24 @@ from typing import Any
 import pytest
 from cm_fakes import FakeApi
 
-from controller_manager.daemonset import DaemonSetController
-from controller_manager.deployment import (
+from kubemesh.controller_manager.daemonset import DaemonSetController
+from kubemesh.controller_manager.deployment import (
     DeploymentController,
     calculate_status,
     old_pods_running,
     plan_old_scale_down,
     resolve_fenceposts,
 )
-from controller_manager.expectations import Expectations
-from controller_manager.garbagecollector import GarbageCollector, Owners, decide_dependent
-from controller_manager.objects import is_active
-from controller_manager.podgc import PodGC
-from controller_manager.replicaset import ReplicaSetController, compute_status, pods_to_delete
-from controller_manager.settings import PodGCSettings
-from controller_manager.tainteviction import TaintEvictionController, min_toleration_seconds, plan_pod
-from services.clock import ManualClock, format_time
-from services.eventing import EventRecorder
-from services.kinds import DAEMONSETS, DEPLOYMENTS, NODES, PODS, REPLICASETS, Obj
+from kubemesh.controller_manager.expectations import Expectations
+from kubemesh.controller_manager.garbagecollector import GarbageCollector, Owners, decide_dependent
+from kubemesh.controller_manager.objects import is_active
+from kubemesh.controller_manager.podgc import PodGC
+from kubemesh.controller_manager.replicaset import ReplicaSetController, compute_status, pods_to_delete
+from kubemesh.controller_manager.settings import PodGCSettings
+from kubemesh.controller_manager.tainteviction import TaintEvictionController, min_toleration_seconds, plan_pod
+from kubemesh.services.machinery.clock import ManualClock, format_time
+from kubemesh.services.machinery.eventing import EventRecorder
+from kubemesh.services.model.kinds import DAEMONSETS, DEPLOYMENTS, NODES, PODS, REPLICASETS, Obj
 
 
 def pod(name: str, phase: str = "Running", *, deleting: bool = False, node: str = "n1", ready: bool = True,

@@ -44,11 +44,11 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 
-from services.chaos_client import Chaos
-from services.client import ApiClient
-from services.clock import ClusterClock, parse_time
-from services.kinds import NODES, Obj
-from services.launching import Mesh, MeshSpec, auth_headers
+from kubemesh.services.machinery.client import ApiClient
+from kubemesh.services.machinery.clock import ClusterClock, parse_time
+from kubemesh.services.mesh.chaos_client import Chaos
+from kubemesh.services.mesh.launching import Mesh, MeshSpec
+from kubemesh.services.model.kinds import NODES, Obj
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -161,8 +161,8 @@ async def zone_mesh(*, nodes: int, zones: tuple[str, ...]) -> AsyncIterator[Zone
     async with Mesh(spec) as mesh, mesh.client("zone-test") as client:
         cm = next(p for p in mesh.processes if p.component == "controller_manager")
         assert cm.url, "the controller-manager registered no admin URL"
-        chaos = Chaos(mesh.apiserver_url, mesh.token, ca_file=str(mesh.ca_path) if mesh.ca_path else None)
-        async with aiohttp.ClientSession(headers=auth_headers(mesh.token),
+        chaos = mesh.endpoint.chaos()
+        async with aiohttp.ClientSession(headers=mesh.endpoint.headers(component="test"),
                                          timeout=aiohttp.ClientTimeout(total=10)) as http:
             try:
                 clock = ClusterClock.from_document(await client.get_clock())

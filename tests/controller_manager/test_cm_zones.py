@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller_manager.zones import (
+from kubemesh.controller_manager.zones import (
     Disruption,
     RateLimitedTimedQueue,
     TimedValue,
@@ -14,7 +14,7 @@ from controller_manager.zones import (
     zone_key,
     zone_qps,
 )
-from services.clock import ManualClock
+from kubemesh.services.machinery.clock import ManualClock
 
 T = 0.55
 

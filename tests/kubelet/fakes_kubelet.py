@@ -7,9 +7,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.client import ApiConnectionError, ApiError, ConflictError, NotFoundError, PatchType
-from services.clock import Clock
-from services.kinds import Kind, Obj
+from kubemesh.services.machinery.client import (
+    AlreadyExistsError,
+    ApiConnectionError,
+    ApiError,
+    ConflictError,
+    NotFoundError,
+    PatchType,
+)
+from kubemesh.services.machinery.clock import Clock
+from kubemesh.services.model.kinds import Kind, Obj
 
 
 def conflict() -> ApiError:
@@ -72,7 +79,6 @@ class FakeApi:
         self._check("create", kind, name, body)
         key = (kind.plural, namespace or body["metadata"].get("namespace", "") or "", name)
         if key in self.objects:
-            from services.client import AlreadyExistsError
 
             raise AlreadyExistsError({"code": 409, "reason": "AlreadyExists"})
         self.objects[key] = self._bump(copy.deepcopy(body))

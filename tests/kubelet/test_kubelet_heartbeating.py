@@ -4,7 +4,7 @@ import random
 
 from fakes_kubelet import FakeApi, conflict, unavailable
 
-from kubelet.heartbeating import (
+from kubemesh.kubelet.heartbeating import (
     LEASE_NAMESPACE,
     LeaseRenewer,
     NodeConditions,
@@ -12,10 +12,10 @@ from kubelet.heartbeating import (
     backoff_schedule,
     jittered,
 )
-from kubelet.settings import KubeletSettings
-from services.client import ApiError
-from services.clock import ManualClock, parse_time
-from services.kinds import Obj
+from kubemesh.kubelet.settings import KubeletSettings
+from kubemesh.services.machinery.client import ApiError
+from kubemesh.services.machinery.clock import ManualClock, parse_time
+from kubemesh.services.model.kinds import LEASES, NODES, Obj
 
 START = 1_700_000_000.0
 
@@ -82,7 +82,7 @@ async def test_lease_conflict_rereads_and_succeeds() -> None:
     await r.sync()
     # Someone else wrote the lease: our latest copy is stale.
     other: Obj = api.objects[("leases", LEASE_NAMESPACE, "node-1")]
-    await api.update(__import__("services.kinds", fromlist=["LEASES"]).LEASES, dict(other))
+    await api.update(LEASES, dict(other))
     api.calls.clear()
     await r.sync()
     verbs = [c.verb for c in api.calls]
@@ -117,7 +117,7 @@ async def test_lease_ensure_backs_off_on_clock() -> None:
 async def test_status_reporter_posts_full_then_conditions() -> None:
     clock = ManualClock(START)
     api = FakeApi(clock)
-    await api.create(__import__("services.kinds", fromlist=["NODES"]).NODES, {"metadata": {"name": "node-1"}})
+    await api.create(NODES, {"metadata": {"name": "node-1"}})
     conds = NodeConditions()
     rep = StatusReporter(api=api, node="node-1", clock=clock, rng=random.Random(0), settings=KubeletSettings(),
                          conditions=conds, full_status=lambda: {"capacity": {"cpu": "8"}})
@@ -137,7 +137,7 @@ async def test_status_reporter_posts_full_then_conditions() -> None:
 async def test_status_retries_and_report_frequency() -> None:
     clock = ManualClock(START)
     api = FakeApi(clock)
-    await api.create(__import__("services.kinds", fromlist=["NODES"]).NODES, {"metadata": {"name": "node-1"}})
+    await api.create(NODES, {"metadata": {"name": "node-1"}})
     conds = NodeConditions()
     rep = StatusReporter(api=api, node="node-1", clock=clock, rng=random.Random(0),
                          settings=KubeletSettings(node_status_report_frequency=300.0),

@@ -12,11 +12,11 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 
-from services.certs import client_context
-from services.client import ApiClient, NotFoundError
-from services.clock import parse_time
-from services.kinds import LEASES, NODES, PODS, Obj
-from services.launching import Mesh, MeshSpec, auth_headers, fetch_components
+from kubemesh.services.machinery.certs import client_context
+from kubemesh.services.machinery.client import ApiClient, NotFoundError
+from kubemesh.services.machinery.clock import parse_time
+from kubemesh.services.mesh.launching import Mesh, MeshSpec
+from kubemesh.services.model.kinds import LEASES, NODES, PODS, Obj
 
 pytestmark = pytest.mark.slow
 
@@ -57,8 +57,8 @@ async def eventually(check: Callable[[], Awaitable[T | None]], *, limit: float =
 async def admin(mesh: Mesh, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
     # The apiserver serves TLS under the mesh's CA when the mesh has a token.
     connector = aiohttp.TCPConnector(ssl=client_context(mesh.ca_path) if mesh.ca_path else True)
-    async with aiohttp.ClientSession(headers=auth_headers(mesh.token), connector=connector) as s:
-        comps = await fetch_components(s, mesh.apiserver_url, mesh.token)
+    async with aiohttp.ClientSession(headers=mesh.endpoint.headers(component="test"), connector=connector) as s:
+        comps = await mesh.endpoint.components()
         assert comps, "kubelet not registered"
         url = next(c["adminURL"] for c in comps.values() if c.get("component") == "kubelet")
         async with s.request(method, url + path, json=body) as resp:

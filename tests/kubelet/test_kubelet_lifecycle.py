@@ -1,9 +1,9 @@
 import random
 from typing import Any
 
-from kubelet.lifecycle import PodMachine
-from kubelet.resources import Rejection
-from services.kinds import Obj
+from kubemesh.kubelet.lifecycle import PodMachine
+from kubemesh.kubelet.resources import Rejection
+from kubemesh.services.model.kinds import Obj
 
 REQUIRED_CONTAINER_FIELDS = {"name", "ready", "restartCount", "image", "imageID"}
 

@@ -4,12 +4,12 @@ from typing import Any
 
 from fakes_kubelet import FakeApi
 
-from kubelet.heartbeating import LEASE_NAMESPACE
-from kubelet.nodes import EmulatedNode, NodeIdentity, PodSource
-from kubelet.podworking import PodView, PodWorker
-from kubelet.settings import KubeletSettings
-from services.clock import ManualClock
-from services.kinds import Obj
+from kubemesh.kubelet.heartbeating import LEASE_NAMESPACE
+from kubemesh.kubelet.nodes import EmulatedNode, NodeIdentity, PodSource
+from kubemesh.kubelet.podworking import PodView, PodWorker
+from kubemesh.kubelet.settings import KubeletSettings
+from kubemesh.services.machinery.clock import ManualClock
+from kubemesh.services.model.kinds import Obj
 
 START = 1_700_000_000.0
 

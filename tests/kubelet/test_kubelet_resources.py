@@ -1,9 +1,9 @@
 import pytest
 
-from kubelet.pressure import pressure_rejection, rank_for_memory_eviction
-from kubelet.resources import Resources, admit, allocatable_of, pod_requests, qos_class
-from kubelet.settings import KubeletSettings, parse_capacity
-from services.kinds import Obj
+from kubemesh.kubelet.pressure import pressure_rejection, rank_for_memory_eviction
+from kubemesh.kubelet.resources import Resources, admit, allocatable_of, pod_requests, qos_class
+from kubemesh.kubelet.settings import KubeletSettings, parse_capacity
+from kubemesh.services.model.kinds import Obj
 
 
 def pod(name: str, *containers: dict[str, dict[str, str]], priority: int | None = None,

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from services.client import ApiClient
-from services.kinds import PODS
-from services.pytest_plugin import Kubectl, KubemeshCluster
+from kubemesh import Kubectl, KubemeshCluster
+from kubemesh.services.machinery.client import ApiClient
+from kubemesh.services.model.kinds import PODS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

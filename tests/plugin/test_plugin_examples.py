@@ -19,7 +19,7 @@ MARK = "<!-- kubemesh-example -->"
 BLOCK = re.compile(re.escape(MARK) + r"\s*```python\n(.*?)```", re.S)
 
 CONFTEST = '''
-import services.pytest_plugin as kubemesh_plugin
+import kubemesh.services.tools.pytest_plugin as kubemesh_plugin
 
 
 def pytest_configure(config):

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.client import ApiClient
-from services.kinds import NODES
-from services.pytest_plugin import History, Kubectl, KubemeshCluster
+from kubemesh import History, Kubectl, KubemeshCluster
+from kubemesh.services.machinery.client import ApiClient
+from kubemesh.services.model.kinds import NODES
 
 
 @pytest.mark.kubemesh(nodes=2, clock_rate=10)

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from scenarios.attached import (
+from kubemesh.scenarios.attached import (
     LEDGER_NAME,
     LEDGER_NAMESPACE,
     ExistingMesh,
@@ -27,14 +27,15 @@ from scenarios.attached import (
     TargetError,
     check_nodes,
     check_switches,
-    history_last_index,
 )
-from scenarios.catalog.recreate_stuck_terminating import OUT_OF_SERVICE, RecreateStuckTerminating
-from scenarios.framework import MeshShape, Scenario, ScenarioContext, Verdict
-from scenarios.running import RunResult, run_scenario
-from services.client import ApiClient, InvalidError, NotFoundError
-from services.kinds import CONFIGMAPS, NAMESPACES, NODES
-from services.launching import Mesh, MeshSpec
+from kubemesh.scenarios.catalog.recreate_stuck_terminating import OUT_OF_SERVICE, RecreateStuckTerminating
+from kubemesh.scenarios.framework import MeshShape, Scenario, ScenarioContext, Verdict
+from kubemesh.scenarios.reporting import RunResult
+from kubemesh.scenarios.running import run_scenario
+from kubemesh.services.machinery.client import ApiClient, InvalidError, NotFoundError
+from kubemesh.services.mesh.endpoint import MeshEndpoint
+from kubemesh.services.mesh.launching import Mesh, MeshSpec
+from kubemesh.services.model.kinds import CONFIGMAPS, NAMESPACES, NODES
 
 SCENARIO = RecreateStuckTerminating()
 SHAPE = SCENARIO.mesh_shape("buggy")
@@ -87,7 +88,7 @@ async def test_buggy_run_on_a_buggy_mesh_reproduces_twice_cleans_up_and_leaves_t
         tmp_path: Path) -> None:
     async with Mesh(mesh_spec(tmp_path, bugs=SCENARIO.bugs_for("buggy"))) as mesh, mesh.client() as client:
         target = ExistingMesh.from_kubeconfig(mesh.kubeconfig_path)
-        assert target.apiserver_url == mesh.apiserver_url and target.token == mesh.token
+        assert target.endpoint.url == mesh.apiserver_url and target.endpoint.token == mesh.token
         pids = [p.pid for p in mesh.processes]
 
         # 1: node power through the kubelets' admin endpoints (they answer on loopback).
@@ -150,7 +151,7 @@ async def test_buggy_run_on_a_fixed_mesh_is_inconclusive_and_changes_nothing(tmp
 
         # The same through the CLI: one JSON line, exit status 1 (not as expected).
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", "import sys; from services.cli import main; sys.exit(main())",
+            sys.executable, "-c", "import sys; from kubemesh.services.tools.cli import main; sys.exit(main())",
             "scenario", "run", SCENARIO.name, "--mode", "buggy", "--attach", str(mesh.kubeconfig_path), "--json",
             "--seed", "6", "--report-dir", str(tmp_path / "cli"), cwd=REPO,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -165,15 +166,12 @@ async def test_buggy_run_on_a_fixed_mesh_is_inconclusive_and_changes_nothing(tmp
 async def test_history_last_index_and_the_registry_of_bug_switches(tmp_path: Path) -> None:
     async with Mesh(MeshSpec(nodes=1, clock_rate=60, state_dir=tmp_path / "mesh", start_timeout=30.0,
                              stop_grace=2.0, components=("apiserver",))) as mesh:
-        import aiohttp
-
         target = ExistingMesh.from_kubeconfig(mesh.kubeconfig_path)
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=target.ssl_context())) as session, \
-                mesh.client() as client:
+        async with mesh.client() as client:
             for i in range(37):
                 await client.create(CONFIGMAPS, {"metadata": {"name": f"c{i}"}, "data": {}}, namespace="default")
-            records = await mesh_history(session, target)
-            assert await history_last_index(session, target.apiserver_url, target.token) == records[-1]["index"]
+            records = await target.endpoint.history()
+            assert await target.endpoint.history_last_index() == records[-1]["index"]
 
             # The registry keeps the switches a component publishes (read-only for everyone else).
             reg = {"component": "scheduler", "instance": "s1", "adminURL": "http://127.0.0.1:1",
@@ -184,12 +182,6 @@ async def test_history_last_index_and_the_registry_of_bug_switches(tmp_path: Pat
             with pytest.raises(InvalidError):
                 await client.request("PUT", "/kubemesh/v1/components/s1", body={**reg, "bugs": "keep-missed-node"},
                                      content_type="application/json")
-
-
-async def mesh_history(session: Any, target: ExistingMesh) -> list[dict[str, Any]]:
-    from scenarios.framework import fetch_history
-
-    return await fetch_history(session, target.apiserver_url, target.token)
 
 
 # -- the checks, on synthetic documents -------------------------------------------------------
@@ -254,13 +246,13 @@ def test_targets_from_kubeconfig_folder_and_url(tmp_path: Path) -> None:
         "users:\n- name: u\n  user: {token: tok}\n"
         "contexts:\n- name: a\n  context: {cluster: c, user: u}\n- name: b\n  context: {cluster: d}\n")
     t = ExistingMesh.from_target(str(tmp_path))
-    assert (t.apiserver_url, t.token, t.ca_pem, t.source) == ("https://127.0.0.1:7443", "tok", ca,
-                                                              str(tmp_path / "kubeconfig"))
+    e = t.endpoint
+    assert (e.url, e.token, e.ca_pem, e.source) == ("https://127.0.0.1:7443", "tok", ca, str(tmp_path / "kubeconfig"))
     other = ExistingMesh.from_kubeconfig(tmp_path / "kubeconfig", context="b")
-    assert (other.apiserver_url, other.token) == ("http://127.0.0.1:8080", None)
+    assert (other.endpoint.url, other.endpoint.token) == ("http://127.0.0.1:8080", None)
     (tmp_path / "token").write_text("secret\n")
     url = ExistingMesh.from_target("http://127.0.0.1:9/", token_file=tmp_path / "token", node_access="chaos")
-    assert (url.apiserver_url, url.token, url.node_access) == ("http://127.0.0.1:9", "secret", "chaos")
+    assert (url.endpoint.url, url.endpoint.token, url.node_access) == ("http://127.0.0.1:9", "secret", "chaos")
     with pytest.raises(TargetError, match="no context named"):
         ExistingMesh.from_kubeconfig(tmp_path / "kubeconfig", context="nope")
     with pytest.raises(TargetError, match="neither"):
@@ -272,6 +264,6 @@ async def test_an_unreachable_target_is_inconclusive(tmp_path: Path) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens there once closed
     [result] = await run_scenario(SCENARIO, modes=("buggy",), seed=1, report_dir=tmp_path,
-                                  target=ExistingMesh(apiserver_url=f"http://127.0.0.1:{port}", token="t"))
+                                  target=ExistingMesh(endpoint=MeshEndpoint(url=f"http://127.0.0.1:{port}", token="t")))
     assert result.outcome == "inconclusive"
     assert result.summary.startswith(f"target mesh http://127.0.0.1:{port}: the apiserver does not answer GET /clock")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from scenarios.framework import EXPECTED, Mode
-from scenarios.oracles import select
-from scenarios.running import catalog, run_once
+from kubemesh.scenarios.framework import EXPECTED, Mode
+from kubemesh.scenarios.oracles import select
+from kubemesh.scenarios.running import catalog, run_once
 
 
 @pytest.mark.parametrize("mode", ["buggy", "fixed"])

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from scenarios import oracles, timeline
-from scenarios.framework import EXPECTED, Mode, Moment, Window
-from scenarios.main import table
-from scenarios.running import RunResult, catalog, run_once
+from kubemesh.scenarios import oracles, timeline
+from kubemesh.scenarios.framework import EXPECTED, Mode, Moment, Window
+from kubemesh.scenarios.main import table
+from kubemesh.scenarios.reporting import RunResult
+from kubemesh.scenarios.running import catalog, run_once
 
 SLOW = {"node-heartbeat-eviction", "recreate-stuck-terminating"}
 

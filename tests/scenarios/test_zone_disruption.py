@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import pytest
 
-from scenarios.catalog.zone_disruption import (
+from kubemesh.scenarios.catalog.zone_disruption import (
     FULL,
     NORMAL,
     PARTIAL,
@@ -30,10 +30,10 @@ from scenarios.catalog.zone_disruption import (
     model_at,
     wasted_between,
 )
-from scenarios.framework import EXPECTED, Mode, ScenarioContext
-from scenarios.oracles import select
-from scenarios.running import catalog, run_once
-from services.clock import format_time
+from kubemesh.scenarios.framework import EXPECTED, Mode, ScenarioContext
+from kubemesh.scenarios.oracles import select
+from kubemesh.scenarios.running import catalog, run_once
+from kubemesh.services.machinery.clock import format_time
 
 
 @pytest.mark.slow

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import random
 from typing import Any
 
-from scheduler.podinfo import PodInfo
-from scheduler.scheduling import Scheduler
-from scheduler.settings import SchedulerSettings
-from services.clock import ManualClock
-from services.kinds import Obj
+from kubemesh.scheduler.podinfo import PodInfo
+from kubemesh.scheduler.scheduling import Scheduler
+from kubemesh.scheduler.settings import SchedulerSettings
+from kubemesh.services.machinery.clock import ManualClock
+from kubemesh.services.model.kinds import Obj
 
 _rv = itertools.count(1)
 
@@ -147,7 +148,6 @@ class FakeApi:
 
 def make_scheduler(*, bugs: frozenset[str] = frozenset(), settings: SchedulerSettings | None = None,
                    clock: ManualClock | None = None) -> tuple[Scheduler, FakeApi, ManualClock]:
-    import random
 
     api = FakeApi()
     clk = clock or ManualClock()

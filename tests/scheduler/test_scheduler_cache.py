@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from schedkit import bound, info, node, pod
 
-from scheduler.caching import CacheError, SchedulerCache
-from scheduler.podinfo import PodInfo, bytes_of, milli_cpu
+from kubemesh.scheduler.caching import CacheError, SchedulerCache
+from kubemesh.scheduler.podinfo import PodInfo, bytes_of, milli_cpu
 
 
 def test_quantities() -> None:

@@ -7,8 +7,8 @@ import random
 import pytest
 from schedkit import info, node, pod, term
 
-from scheduler.caching import NodeInfo, SchedulerCache
-from scheduler.filtering import (
+from kubemesh.scheduler.caching import NodeInfo, SchedulerCache
+from kubemesh.scheduler.filtering import (
     F_AFFINITY,
     F_ANTI,
     F_DISK_PRESSURE,
@@ -22,11 +22,11 @@ from scheduler.filtering import (
     find_feasible,
     num_feasible_nodes_to_find,
 )
-from scheduler.preempting import Candidate, eligible_to_preempt, find_candidate, pick_candidate
-from scheduler.queueing import Nominator
-from scheduler.scoring import compute_inter_pod_scores, score_nodes, select_host
-from services.kinds import Obj
-from services.podutil import tolerates
+from kubemesh.scheduler.preempting import Candidate, eligible_to_preempt, find_candidate, pick_candidate
+from kubemesh.scheduler.queueing import Nominator
+from kubemesh.scheduler.scoring import compute_inter_pod_scores, score_nodes, select_host
+from kubemesh.services.model.kinds import Obj
+from kubemesh.services.model.podutil import tolerates
 
 
 def ni_of(n: Obj, *pods: Obj) -> NodeInfo:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from scheduler.podinfo import milli_cpu
-from services.client import ApiClient
-from services.kinds import EVENTS, NODES, PODS, PRIORITYCLASSES, Obj
+from kubemesh.scheduler.podinfo import milli_cpu
+from kubemesh.services.machinery.client import ApiClient
+from kubemesh.services.model.kinds import EVENTS, NODES, PODS, PRIORITYCLASSES, Obj
 
 pytestmark = pytest.mark.slow
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from schedkit import FakeApi, bound, make_scheduler, node, pod, run_until_empty, term
 
-from scheduler.scheduling import Scheduler
-from services.clock import ManualClock
-from services.kinds import Obj
+from kubemesh.scheduler.scheduling import Scheduler
+from kubemesh.services.machinery.clock import ManualClock
+from kubemesh.services.model.kinds import Obj
 
 ERA = frozenset({"ghost-node-affinity-error"})
 BUGGY = ERA | {"keep-missed-node"}

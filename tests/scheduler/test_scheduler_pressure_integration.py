@@ -26,10 +26,10 @@ from typing import Any, TypeVar
 import pytest
 import pytest_asyncio
 
-from services.chaos_client import Chaos, FaultContext
-from services.client import ApiClient
-from services.kinds import EVENTS, NODES, PODS, Obj
-from services.launching import Mesh, MeshSpec
+from kubemesh.services.machinery.client import ApiClient
+from kubemesh.services.mesh.chaos_client import Chaos, FaultContext
+from kubemesh.services.mesh.launching import Mesh, MeshSpec
+from kubemesh.services.model.kinds import EVENTS, NODES, PODS, Obj
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -106,7 +106,7 @@ async def pressure(request: pytest.FixtureRequest) -> AsyncIterator[Pressure]:
     spec = MeshSpec(nodes=3, clock_rate=RATE, components=components, seed=5, start_timeout=120.0)
     async with Mesh(spec) as mesh, mesh.client() as client:
         # `Mesh.chaos` raises NameError (Chaos is imported under TYPE_CHECKING only): build it here.
-        chaos = Chaos(mesh.apiserver_url, mesh.token, ca_file=str(mesh.ca_path) if mesh.ca_path else None)
+        chaos = mesh.endpoint.chaos()
         env = Pressure(mode=mode, mesh=mesh, client=client, chaos=chaos)
         try:
             for node, ctype in ((DISK, "DiskPressure"), (MEMORY, "MemoryPressure")):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from schedkit import info, pod, with_status
 
-from scheduler.queueing import ClusterEvent, Nominator, SchedulingQueue
-from services.clock import ManualClock
+from kubemesh.scheduler.queueing import ClusterEvent, Nominator, SchedulingQueue
+from kubemesh.services.machinery.clock import ManualClock
 
 
 def make_queue(clock: ManualClock | None = None, *, stale: bool = False) -> tuple[SchedulingQueue, ManualClock]:
@@ -27,7 +29,6 @@ async def test_priority_then_fifo() -> None:
 
 
 async def test_pop_waits_for_a_pod() -> None:
-    import asyncio
 
     q, _ = make_queue()
     task = asyncio.create_task(q.pop())

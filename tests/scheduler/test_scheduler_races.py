@@ -7,12 +7,14 @@ the scheduler sees the consequences of its own writes.
 
 from __future__ import annotations
 
+import json
+
 from schedkit import FakeApi, bound, make_scheduler, node, pod, run_until_empty, term, with_status
 
-from scheduler.scheduling import Scheduler
-from scheduler.settings import SchedulerSettings
-from services.client import NotFoundError
-from services.clock import ManualClock
+from kubemesh.scheduler.scheduling import Scheduler
+from kubemesh.scheduler.settings import SchedulerSettings
+from kubemesh.services.machinery.client import NotFoundError
+from kubemesh.services.machinery.clock import ManualClock
 
 GHOST = frozenset({"ghost-node-affinity-error"})
 
@@ -311,7 +313,6 @@ async def test_node_update_with_cured_condition_moves_pods() -> None:
 
 
 async def test_debug_dump_is_json_ready() -> None:
-    import json
 
     sched, _, _, _ = await _ghost_setup(GHOST)
     doc = json.loads(json.dumps(sched.dump()))

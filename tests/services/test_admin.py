@@ -8,10 +8,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from services.admin import AdminServer, AdminSettings, json_response
-from services.clock import ManualClock
-from services.metrics import Metrics
-from services.queueing import WorkQueue
+from kubemesh.services.machinery.clock import ManualClock
+from kubemesh.services.machinery.queueing import WorkQueue
+from kubemesh.services.process.admin import AdminServer, AdminSettings, json_response
+from kubemesh.services.process.metrics import Metrics
 
 pytestmark = pytest.mark.timeout(20)
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
@@ -17,8 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from services import bugs, cli
-from services.launching import available_components, pid_alive, read_state, state_pids
+from kubemesh.services.mesh.launching import available_components
+from kubemesh.services.mesh.state import pid_alive, read_state, state_pids
+from kubemesh.services.model import bugs
+from kubemesh.services.tools import cli
+from kubemesh.services.tools.commands import Command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,7 +75,8 @@ def test_status_and_down_without_a_mesh(tmp_path: Path, capsys: pytest.CaptureFi
     assert cli.main(["down", "--state-dir", str(tmp_path)]) == 0
 
 
-def test_subcommand_registry_is_an_extension_point(capsys: pytest.CaptureFixture[str]) -> None:
+def test_subcommands_are_values_and_the_scenario_command_arrives_by_entry_point(
+        capsys: pytest.CaptureFixture[str]) -> None:
     seen: list[str] = []
 
     def configure(p: argparse.ArgumentParser) -> None:
@@ -81,14 +86,17 @@ def test_subcommand_registry_is_an_extension_point(capsys: pytest.CaptureFixture
         seen.append(args.target)
         return 7
 
-    cli.register_command(cli.Command(name="chaos-test", help="a test command", configure=configure, run=run))
-    try:
-        assert cli.main(["chaos-test", "kubelet-0"]) == 7
-        assert seen == ["kubelet-0"]
-        cli.main(["--help"])
-        assert "a test command" in capsys.readouterr().out
-    finally:
-        del cli.COMMANDS["chaos-test"]
+    extra = Command(name="chaos-test", help="a test command", configure=configure, run=run)
+    parser = cli.build_parser([*cli.builtin_commands(), extra])
+    args = parser.parse_args(["chaos-test", "kubelet-0"])
+    assert asyncio.run(args._run(args)) == 7
+    assert seen == ["kubelet-0"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    assert "a test command" in capsys.readouterr().out
+    # `kubemesh scenario` lives above services and comes in through the kubemesh.commands entry point.
+    assert [c.name for c in cli.entry_point_commands()] == ["scenario"]
+    assert {"bugs", "up", "status", "down", "chaos"} <= {c.name for c in cli.builtin_commands()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,7 +104,7 @@ def test_subcommand_registry_is_an_extension_point(capsys: pytest.CaptureFixture
 
 
 def kubemesh(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "services.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "kubemesh", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, check=False)
 
 
@@ -104,7 +112,7 @@ def kubemesh(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str
 def kubemesh_up(state: Path, *args: str, timeout: float = 90) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """Run `kubemesh up` until it prints that the nodes are Ready; always leave nothing behind."""
     # Registration is checked by test_launching.py::test_real_components_register.
-    proc = subprocess.Popen([sys.executable, "-m", "services.cli", "up", "--state-dir", str(state),
+    proc = subprocess.Popen([sys.executable, "-m", "kubemesh", "up", "--state-dir", str(state),
                              "--no-wait-registered", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     assert proc.stdout is not None

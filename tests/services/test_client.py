@@ -16,8 +16,7 @@ import pytest
 from aiohttp import TCPConnector, web
 from aiohttp.test_utils import TestServer
 
-from services import codec
-from services.client import (
+from kubemesh.services.machinery.client import (
     AlreadyExistsError,
     ApiClient,
     ApiConnectionError,
@@ -34,8 +33,9 @@ from services.client import (
     UnauthorizedError,
     WatchEvent,
 )
-from services.codec import Encoding
-from services.kinds import NODES, PODS, Obj
+from kubemesh.services.model import codec
+from kubemesh.services.model.codec import Encoding
+from kubemesh.services.model.kinds import NODES, PODS, Obj
 
 # ---------------------------------------------------------------------------------------------
 # The scripted server.

@@ -11,9 +11,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from services.clock import ClusterClock
-from services.component import ComponentContext, common_arguments, main, run_component
-from services.logs import reset_logging
+from kubemesh.services.machinery.clock import ClusterClock
+from kubemesh.services.process.component import ComponentContext, common_arguments, main, run_component
+from kubemesh.services.process.logs import reset_logging
 
 pytestmark = pytest.mark.timeout(30)
 

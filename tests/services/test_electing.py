@@ -9,10 +9,16 @@ from typing import Any
 
 import pytest
 
-from services.client import AlreadyExistsError, ApiClient, ApiConnectionError, ConflictError, NotFoundError
-from services.clock import ManualClock, parse_time
-from services.electing import LeaderElectionSettings, LeaderElector, LeadershipLost, LeaseClient
-from services.kinds import Kind, Obj, key_of
+from kubemesh.services.machinery.client import (
+    AlreadyExistsError,
+    ApiClient,
+    ApiConnectionError,
+    ConflictError,
+    NotFoundError,
+)
+from kubemesh.services.machinery.clock import ManualClock, parse_time
+from kubemesh.services.machinery.electing import LeaderElectionSettings, LeaderElector, LeadershipLost, LeaseClient
+from kubemesh.services.model.kinds import Kind, Obj, key_of
 
 pytestmark = pytest.mark.timeout(20)
 

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from services.client import NotFoundError, ServerError
-from services.clock import ManualClock, format_time, parse_time
-from services.eventing import EventRecorder, RecordedEvent
-from services.kinds import EVENTS, Kind, Obj
+from kubemesh.services.machinery.client import NotFoundError, ServerError
+from kubemesh.services.machinery.clock import ManualClock, format_time, parse_time
+from kubemesh.services.machinery.eventing import EventRecorder, RecordedEvent
+from kubemesh.services.model.kinds import EVENTS, Kind, Obj
 
 pytestmark = pytest.mark.timeout(20)
 

@@ -7,7 +7,7 @@ import gc
 import weakref
 from collections.abc import Callable
 
-from services.gctuning import GcSettings, SurvivorFreezer
+from kubemesh.services.process.gctuning import GcSettings, SurvivorFreezer
 
 
 class Node:

@@ -16,11 +16,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from test_informing import FakeApi, informing
 
-from services import chaospoints
-from services.client import ApiClient
-from services.clock import ManualClock
-from services.informing import HandlerDrop, Informer
-from services.kinds import NODES, PODS, Obj
+from kubemesh.services.machinery.client import ApiClient
+from kubemesh.services.machinery.clock import ManualClock
+from kubemesh.services.machinery.informing import HandlerDrop, Informer
+from kubemesh.services.model.kinds import NODES, PODS, Obj
+from kubemesh.services.process import chaospoints
 
 
 @pytest.fixture
@@ -129,7 +129,7 @@ async def admin() -> AsyncIterator[tuple[TestClient[web.Request, web.Application
     informers = {"nodes": Informer(client, NODES, clock=clock), "pods": Informer(client, PODS, clock=clock),
                  "frozen-only": _FreezeOnly()}
     app = web.Application()
-    app.add_routes(chaospoints.routes(informers=informers))
+    app.add_routes(chaospoints.routes(points=chaospoints.ChaosPoints(), informers=informers))
     tc: TestClient[web.Request, web.Application] = TestClient(TestServer(app))
     await tc.start_server()
     try:

@@ -13,11 +13,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from services import codec
-from services.client import ApiClient, RetrySettings
-from services.clock import ManualClock
-from services.codec import Encoding
-from services.informing import (
+from kubemesh.services.machinery.client import ApiClient, RetrySettings
+from kubemesh.services.machinery.clock import ManualClock
+from kubemesh.services.machinery.informing import (
     INDEX_BY_NODE,
     DeletedFinalStateUnknown,
     Informer,
@@ -25,7 +23,9 @@ from services.informing import (
     Store,
     index_pods_by_node,
 )
-from services.kinds import PODS, Obj, key_of, rv_of, uid_of
+from kubemesh.services.model import codec
+from kubemesh.services.model.codec import Encoding
+from kubemesh.services.model.kinds import PODS, Obj, key_of, rv_of, uid_of
 
 # ---------------------------------------------------------------------------------------------
 # The fake apiserver: one resource (pods), a revision counter, an event log, a compaction point.

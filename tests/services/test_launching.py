@@ -18,20 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services import bugs
-from services.kinds import NODES
-from services.launching import (
-    KUBELET,
-    Mesh,
-    MeshError,
-    MeshSpec,
-    available_components,
-    node_is_ready,
-    pid_alive,
-    plan_kubelets,
-    process_start_ticks,
-    render_kubeconfig,
-)
+from kubemesh.services.mesh.endpoint import MeshError, node_is_ready
+from kubemesh.services.mesh.launching import KUBELET, Mesh, MeshSpec, available_components, plan_kubelets
+from kubemesh.services.mesh.state import pid_alive, process_start_ticks, render_kubeconfig
+from kubemesh.services.model import bugs
+from kubemesh.services.model.kinds import NODES
 
 # ---------------------------------------------------------------------------------------------
 # Stand-in components: a tiny apiserver (readyz, nodes, component registry) and a component
@@ -425,7 +416,8 @@ async def test_real_components_register(tmp_path: Path) -> None:
         await mesh.start()
     except MeshError as exc:
         if "registration must be JSON" in str(exc):
-            pytest.xfail("components PUT their registration as msgpack (services.component), the apiserver "
+            pytest.xfail("components PUT their registration as msgpack (kubemesh.services.process.component), "
+                         "the apiserver "
                          "accepts JSON only (apiserver/server.py put_component)")
         raise
     try:

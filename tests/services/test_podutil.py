@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from services.podutil import taints_of, tolerates, tolerates_all, toleration_matches, tolerations_of
+from kubemesh.services.model.podutil import taints_of, tolerates, tolerates_all, toleration_matches, tolerations_of
 
 NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}
 DEDICATED = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}

@@ -2,7 +2,7 @@ from fractions import Fraction
 
 import pytest
 
-from services.quantities import format_bytes, format_cpu, int_value, milli_value, parse_quantity
+from kubemesh.services.model.quantities import format_bytes, format_cpu, int_value, milli_value, parse_quantity
 
 
 @pytest.mark.parametrize(("text", "value"), [

@@ -6,8 +6,15 @@ import asyncio
 
 import pytest
 
-from services.clock import ManualClock
-from services.queueing import ExponentialRateLimiter, Result, ShutDown, TerminalError, WorkQueue, run_workers
+from kubemesh.services.machinery.clock import ManualClock
+from kubemesh.services.machinery.queueing import (
+    ExponentialRateLimiter,
+    Result,
+    ShutDown,
+    TerminalError,
+    WorkQueue,
+    run_workers,
+)
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.kinds import DEPLOYMENTS, EVENTS, NODES, PODS
-from services.selectors import (
+from kubemesh.services.model.kinds import DEPLOYMENTS, EVENTS, NODES, PODS
+from kubemesh.services.model.selectors import (
     EVERYTHING,
     LabelSelector,
     Requirement,

@@ -8,9 +8,9 @@ import signal
 
 import pytest
 
-from services.clock import ManualClock
-from services.queueing import WorkQueue, run_workers
-from services.supervising import ShutdownSettings, Supervisor, install_signal_handlers
+from kubemesh.services.machinery.clock import ManualClock
+from kubemesh.services.machinery.queueing import WorkQueue, run_workers
+from kubemesh.services.process.supervising import ShutdownSettings, Supervisor, install_signal_handlers
 
 pytestmark = pytest.mark.timeout(20)
 

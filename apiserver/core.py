@@ -1,0 +1,163 @@
+"""The apiserver's parts, and the one function that assembles them in order.
+
+`assemble(settings)` builds everything that is not HTTP: the cluster clock, the store, the
+watch hub, the history, the registry of verbs, the component registry and the metrics, and
+returns them as one typed `ApiserverCore`. `kubemesh.apiserver.server.build_app` puts the
+HTTP front on a core, and `kubemesh.apiserver.chaos.install` receives the same core
+explicitly: nothing is found again through the aiohttp application.
+
+The store's publishers are called synchronously, in this order, for every committed write,
+before the write returns to its caller:
+
+1. the watch hub (`WatchHub.publish`): the kind's event window, then every live watcher;
+2. the history's `write` record (who wrote what, at which revision);
+3. chaos, when installed: its write-triggered faults and the samples behind stale reads.
+
+So a history record and a trigger always see a write that watchers were already offered, and
+the write's response can reuse the bytes its watch event was encoded into
+(`WatchHub.event_at`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Gauge
+
+from kubemesh.apiserver import tables
+from kubemesh.apiserver.components import ComponentRegistry
+from kubemesh.apiserver.history import WRITER, History, Seen
+from kubemesh.apiserver.registry import Registry
+from kubemesh.apiserver.settings import ServerSettings
+from kubemesh.apiserver.storage import Backend, EventType, LogBackend, MemoryBackend, Store
+from kubemesh.apiserver.watching import Item, Watcher, WatchHub
+from kubemesh.services.machinery.clock import ClusterClock
+from kubemesh.services.model.kinds import Kind, Obj, key_of
+from kubemesh.services.process.metrics import RequestStats
+
+Handler = Callable[[], Awaitable[web.StreamResponse]]
+
+
+class Interceptor(Protocol):
+    """Wraps the handling of API requests: may delay one, fail it, or fail it after it ran."""
+
+    def engaged(self, request: web.Request, who: tuple[str, str]) -> bool:
+        """Whether this request must go through `intercept` (asked synchronously, for every request)."""
+        ...
+
+    async def intercept(self, request: web.Request, who: tuple[str, str], handler: Handler) -> web.StreamResponse:
+        """Handle the request, calling `handler` (or not)."""
+        ...
+
+
+@dataclass(slots=True)
+class Metrics:
+    """The apiserver's Prometheus metrics."""
+
+    registry: CollectorRegistry
+    requests: RequestStats
+    """`apiserver_request_total` and `apiserver_request_duration_seconds` (observed on every request)."""
+    watchers: Gauge
+    objects: Gauge
+
+    @classmethod
+    def create(cls) -> Metrics:
+        """Fresh metrics on their own registry."""
+        reg = CollectorRegistry()
+        requests = RequestStats(requests="apiserver_request", latency="apiserver_request_duration_seconds",
+                                buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5))
+        reg.register(requests)
+        return cls(
+            registry=reg,
+            requests=requests,
+            watchers=Gauge("apiserver_registered_watchers", "Live watch streams", registry=reg),
+            objects=Gauge("apiserver_storage_revision", "Current store revision", registry=reg),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiserverCore:
+    """Everything one apiserver process serves, assembled (see the module docstring)."""
+
+    settings: ServerSettings
+    clock: ClusterClock
+    store: Store
+    hub: WatchHub
+    history: History
+    registry: Registry
+    components: ComponentRegistry
+    metrics: Metrics
+    interceptors: list[Interceptor] = field(default_factory=list)
+    """Request interceptors, outermost first (chaos adds its own)."""
+
+
+def load_clock(settings: ServerSettings) -> ClusterClock:
+    """The cluster clock, continued across restarts when there is a data directory."""
+    if settings.data_dir:
+        path = Path(settings.data_dir) / "clock.json"
+        if path.exists():
+            doc = orjson.loads(path.read_bytes())
+            if float(doc.get("rate", 0)) == settings.clock_rate:
+                return ClusterClock.from_document(doc)
+        clock = ClusterClock(rate=settings.clock_rate)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(orjson.dumps(clock.document()))
+        return clock
+    return ClusterClock(rate=settings.clock_rate)
+
+
+def assemble(settings: ServerSettings) -> ApiserverCore:
+    """Build the parts in order and wire the store's publishers (see the module docstring)."""
+    clock = load_clock(settings)
+    backend: Backend = LogBackend(settings.data_dir, fsync=settings.fsync) if settings.data_dir else MemoryBackend()
+    store = Store(backend=backend)
+    history = History(clock=clock, capacity=settings.history_capacity, deliveries=settings.history_deliveries)
+
+    def table_row(kind: Kind, obj: Obj) -> Obj:
+        return tables.watch_event_table(kind, obj, now=clock.now())
+
+    hub = WatchHub(store=store, now=clock.now, settings=settings.watch, table_row=table_row)
+    store.subscribe(hub.publish)  # publisher 1
+    store.subscribe(_write_recorder(history))  # publisher 2 (chaos, when installed, comes third)
+    if settings.history_deliveries:
+        hub.on_deliver = _delivery_recorder(history)
+    # The registry creates the initial namespaces: after the publishers, so that they are watched.
+    rng = random.Random(settings.seed) if settings.seed is not None else random.Random()
+    registry = Registry(store=store, clock=clock, rng=rng)
+    return ApiserverCore(settings=settings, clock=clock, store=store, hub=hub, history=history, registry=registry,
+                         components=ComponentRegistry(clock=clock), metrics=Metrics.create())
+
+
+def _write_recorder(history: History) -> Callable[[Kind, EventType, Obj, Obj | None, int], None]:
+    """The store publisher that records every write in the history, attributed to its writer."""
+
+    def record_write(kind: Kind, event: EventType, obj: Obj, prev: Obj | None, rv: int) -> None:
+        component, instance = WRITER.get()
+        history.append("write", component=component, instance=instance, resource=kind.plural, event=event,
+                       key=key_of(obj), rv=rv)
+
+    return record_write
+
+
+def _delivery_recorder(history: History) -> Callable[[Watcher, Sequence[Item]], None]:
+    """The hub's delivery hook that records what each watcher was sent."""
+    # Watchers flushed together mostly deliver the very same items: their `Seen` list is built
+    # once and shared by their history entries (nobody mutates a recorded list).
+    last: list[Any] = [None, None]  # [items, seen]
+
+    def record_delivery(w: Watcher, items: Sequence[Item]) -> None:
+        component, instance = w.identity
+        if items == last[0]:
+            seen: list[Seen] = last[1]
+        else:
+            seen = [event.seen_as(type_) for type_, event, _ in items]
+            last[0], last[1] = items, seen
+        history.deliveries(component=component, instance=instance, watch=w.id, seen=seen)
+
+    return record_delivery

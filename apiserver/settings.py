@@ -1,0 +1,41 @@
+"""How one apiserver process is configured (`python -m kubemesh.apiserver` flags into `ServerSettings`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kubemesh.apiserver.watching import WatchSettings
+from kubemesh.services.process.gctuning import GcSettings
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSettings:
+    """How one apiserver process is configured."""
+
+    host: str = "127.0.0.1"
+    port: int = 6443
+    data_dir: str | None = None
+    """Directory for the append-only log and snapshots; None keeps state in memory only."""
+    fsync: bool = False
+    """fsync every write (survives machine crashes, not only process kills)."""
+    token: str | None = None
+    """Bearer token required on everything but the health endpoints."""
+    tls_cert: str | None = None
+    """Serving certificate (PEM); with `tls_key`, the apiserver serves HTTPS, as kubectl needs
+    to send a token at all (client-go sends no credentials over plain http)."""
+    tls_key: str | None = None
+    clock_rate: float = 1.0
+    """Cluster seconds per wall second."""
+    seed: int | None = None
+    """Seed for uids and generated names; None for an OS-seeded RNG."""
+    watch: WatchSettings = field(default_factory=WatchSettings)
+    history_capacity: int = 1_000_000
+    """Records kept in the history ring."""
+    history_deliveries: bool = True
+    """Record every watch delivery (the timeline of a race); off only for benchmarks."""
+    chaos: bool = True
+    """Serve the chaos front door (tests that install it with their own clock turn this off)."""
+    chaos_forward_timeout: float = 5.0
+    """Wall seconds a fault forwarded to a kubelet or component may take before its outcome is `info`."""
+    gc: GcSettings = field(default_factory=GcSettings)
+    """How the process keeps the cyclic collector's pauses short (kubemesh.services.process.gctuning)."""

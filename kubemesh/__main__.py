@@ -1,0 +1,7 @@
+"""`python -m kubemesh`: the `kubemesh` command."""
+
+import sys
+
+from kubemesh.services.tools.cli import main
+
+sys.exit(main())
