@@ -16,10 +16,29 @@ All functions mutate the fresh dict they are given (a decoded request body) in p
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from kubemesh.services.model.kinds import DAEMONSETS, DEPLOYMENTS, NAMESPACES, PODS, REPLICASETS, Kind, Obj
+from kubemesh.services.model.kinds import (
+    CRONJOBS,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    HORIZONTALPODAUTOSCALERS,
+    INGRESSES,
+    JOBS,
+    NAMESPACES,
+    PERSISTENTVOLUMECLAIMS,
+    PODS,
+    REPLICASETS,
+    REPLICATIONCONTROLLERS,
+    SECRETS,
+    SERVICES,
+    STATEFULSETS,
+    Kind,
+    Obj,
+)
 from kubemesh.services.model.wellknown import TAINT_NOT_READY, TAINT_UNREACHABLE
 
 DEFAULT_TOLERATION_SECONDS: Final = 300
@@ -32,6 +51,15 @@ SYSTEM_PRIORITY_CLASSES: Final[dict[str, int]] = {
 }
 
 PriorityLookup = Callable[[str], "Obj | None"]
+
+_STATUS_ON_CREATE: Final[dict[Kind, Obj]] = {
+    # The status fields kube-apiserver's strategies (or the kind's controller on its first sync)
+    # set, so that clients' typed models, which require some of them, can read every response.
+    SERVICES: {"loadBalancer": {}},
+    INGRESSES: {"loadBalancer": {}},
+    PERSISTENTVOLUMECLAIMS: {"phase": "Pending"},
+    HORIZONTALPODAUTOSCALERS: {"currentReplicas": 0, "desiredReplicas": 0},
+}
 
 
 class AdmissionError(Exception):
@@ -134,6 +162,16 @@ def resolve_priority(spec: dict[str, Any], *, lookup: PriorityLookup, classes: I
 def admit_create(kind: Kind, obj: Obj, *, priority: PriorityLookup, priority_classes: Iterable[Obj]) -> None:
     """Mutating admission and defaulting for a new object."""
     spec = obj.get("spec")
+    if kind is SECRETS:
+        obj.setdefault("type", "Opaque")
+    if kind in _STATUS_ON_CREATE:
+        obj["status"] = dict(_STATUS_ON_CREATE[kind])
+    if kind in (STATEFULSETS, JOBS, CRONJOBS, REPLICATIONCONTROLLERS) and isinstance(spec, dict):
+        default_workload(kind, spec)
+        obj.setdefault("status", {})
+        if kind is REPLICATIONCONTROLLERS:
+            obj["status"] = {"replicas": 0}
+        return
     if kind is PODS and isinstance(spec, dict):
         default_pod_spec(spec)
         add_default_tolerations(spec)
@@ -166,6 +204,37 @@ def default_workload(kind: Kind, spec: dict[str, Any]) -> None:
                     ru.setdefault("maxSurge", "25%")
     elif kind is REPLICASETS:
         spec.setdefault("replicas", 1)
+    elif kind is STATEFULSETS:
+        spec.setdefault("replicas", 1)
+        spec.setdefault("podManagementPolicy", "OrderedReady")
+        spec.setdefault("revisionHistoryLimit", 10)
+        us = spec.setdefault("updateStrategy", {})
+        if isinstance(us, dict):
+            us.setdefault("type", "RollingUpdate")
+            if us["type"] == "RollingUpdate":
+                us.setdefault("rollingUpdate", {"partition": 0})
+        spec.setdefault("persistentVolumeClaimRetentionPolicy", {"whenDeleted": "Retain", "whenScaled": "Retain"})
+    elif kind is JOBS:
+        if spec.get("completions") is None and spec.get("parallelism") is None:
+            spec["completions"] = 1
+        spec.setdefault("parallelism", 1)
+        spec.setdefault("backoffLimit", 6)
+        spec.setdefault("completionMode", "NonIndexed")
+        spec.setdefault("suspend", False)
+        spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+    elif kind is CRONJOBS:
+        spec.setdefault("concurrencyPolicy", "Allow")
+        spec.setdefault("suspend", False)
+        spec.setdefault("successfulJobsHistoryLimit", 3)
+        spec.setdefault("failedJobsHistoryLimit", 1)
+        job_template = spec.get("jobTemplate")
+        if isinstance(job_template, dict) and isinstance(job_template.get("spec"), dict):
+            default_workload(JOBS, job_template["spec"])
+    elif kind is REPLICATIONCONTROLLERS:
+        spec.setdefault("replicas", 1)
+        labels = ((template or {}).get("metadata") or {}).get("labels") if isinstance(template, dict) else None
+        if not spec.get("selector") and isinstance(labels, dict):
+            spec["selector"] = dict(labels)
     elif kind is DAEMONSETS:
         spec.setdefault("revisionHistoryLimit", 10)
         us = spec.setdefault("updateStrategy", {})
@@ -182,5 +251,50 @@ def default_update(kind: Kind, obj: Obj) -> None:
         return
     if kind is PODS:
         default_pod_spec(spec)
-    elif kind in (DEPLOYMENTS, REPLICASETS, DAEMONSETS):
+    elif kind in (DEPLOYMENTS, REPLICASETS, DAEMONSETS, STATEFULSETS, JOBS, CRONJOBS, REPLICATIONCONTROLLERS):
         default_workload(kind, spec)
+
+
+class DecodeError(ValueError):
+    """A body that does not decode into its kind's Go type (kube-apiserver answers 400)."""
+
+
+def fold_secret(obj: Obj) -> None:
+    """A Secret as stored: `stringData` folded into `data` (base64), every `data` value checked.
+
+    In kube-apiserver `data` is a map of byte slices, so a value that is not base64 fails while
+    the body is decoded (a 400 BadRequest), before validation; `stringData` is write-only and
+    overrides `data` key by key. Raises DecodeError with the decoder's reason.
+    """
+    string_data = obj.pop("stringData", None)
+    data = obj.get("data")
+    if data is not None and not isinstance(data, dict):
+        raise DecodeError("json: cannot unmarshal into Go struct field Secret.data of type map[string][]uint8")
+    folded: dict[str, Any] = {}
+    for key, value in (data or {}).items():
+        if not isinstance(value, str):
+            raise DecodeError("json: cannot unmarshal into Go struct field Secret.data of type []uint8")
+        try:
+            base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise DecodeError(f"illegal base64 data at input byte {_first_bad_byte(value)}") from None
+        folded[key] = value
+    if string_data is not None:
+        if not isinstance(string_data, dict):
+            raise DecodeError("json: cannot unmarshal into Go struct field Secret.stringData of type "
+                              "map[string]string")
+        for key, value in string_data.items():
+            if not isinstance(value, str):
+                raise DecodeError("json: cannot unmarshal into Go struct field Secret.stringData of type string")
+            folded[key] = base64.b64encode(value.encode()).decode()
+    if folded or data is not None:
+        obj["data"] = folded
+
+
+def _first_bad_byte(value: str) -> int:
+    """The offset Go's base64 decoder reports for the first byte it cannot take."""
+    alphabet = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+    for i, ch in enumerate(value):
+        if ch not in alphabet:
+            return i
+    return len(value)  # only the length is wrong: the decoder fails at the end

@@ -32,13 +32,16 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from kubemesh.apiserver import tables
 from kubemesh.apiserver.components import ComponentRegistry
+from kubemesh.apiserver.discovery import Discovery
 from kubemesh.apiserver.history import WRITER, History, Seen
+from kubemesh.apiserver.openapi import OpenApi
 from kubemesh.apiserver.registry import Registry
+from kubemesh.apiserver.serving import Targets
 from kubemesh.apiserver.settings import ServerSettings
 from kubemesh.apiserver.storage import Backend, EventType, LogBackend, MemoryBackend, Store
 from kubemesh.apiserver.watching import Item, Watcher, WatchHub
 from kubemesh.services.machinery.clock import ClusterClock
-from kubemesh.services.model.kinds import Kind, Obj, key_of
+from kubemesh.services.model.kinds import Kind, KindTable, Obj, key_of
 from kubemesh.services.process.metrics import RequestStats
 
 Handler = Callable[[], Awaitable[web.StreamResponse]]
@@ -87,6 +90,11 @@ class ApiserverCore:
 
     settings: ServerSettings
     clock: ClusterClock
+    kinds: KindTable
+    """The kinds served: the built-in ones and those custom resource definitions add."""
+    targets: Targets
+    discovery: Discovery
+    openapi: OpenApi
     store: Store
     hub: WatchHub
     history: History
@@ -115,6 +123,8 @@ def load_clock(settings: ServerSettings) -> ClusterClock:
 def assemble(settings: ServerSettings) -> ApiserverCore:
     """Build the parts in order and wire the store's publishers (see the module docstring)."""
     clock = load_clock(settings)
+    kinds = KindTable()
+    discovery = Discovery(kinds, server_address=f"{settings.host}:{settings.port}")
     backend: Backend = LogBackend(settings.data_dir, fsync=settings.fsync) if settings.data_dir else MemoryBackend()
     store = Store(backend=backend)
     history = History(clock=clock, capacity=settings.history_capacity, deliveries=settings.history_deliveries)
@@ -129,8 +139,9 @@ def assemble(settings: ServerSettings) -> ApiserverCore:
         hub.on_deliver = _delivery_recorder(history)
     # The registry creates the initial namespaces: after the publishers, so that they are watched.
     rng = random.Random(settings.seed) if settings.seed is not None else random.Random()
-    registry = Registry(store=store, clock=clock, rng=rng)
-    return ApiserverCore(settings=settings, clock=clock, store=store, hub=hub, history=history, registry=registry,
+    registry = Registry(store=store, clock=clock, rng=rng, kinds=kinds)
+    return ApiserverCore(settings=settings, clock=clock, kinds=kinds, targets=Targets(kinds), discovery=discovery,
+                         openapi=OpenApi(discovery), store=store, hub=hub, history=history, registry=registry,
                          components=ComponentRegistry(clock=clock), metrics=Metrics.create())
 
 

@@ -1,9 +1,7 @@
 """Discovery documents: `/version`, `/api`, `/apis`, `/apis/{g}`, `/api/v1`, `/apis/{g}/{v}`.
 
-Every document is generated from `kubemesh.services.model.kinds.KINDS`, never hand-listed, so adding a kind
-there adds it to discovery. The documents cannot change while the process runs: each is built once and
-cached, and the same dict is returned to every caller. Callers serialise it and must not
-mutate it.
+Every document is generated from the apiserver's `KindTable` (`Discovery`), never hand-listed, so a
+built-in kind added to `KINDS`, or a custom resource definition being served, is in discovery at once.
 
 What clients depend on (kubectl 1.27-1.33, client-go, the Python clients):
 
@@ -17,7 +15,7 @@ What clients depend on (kubectl 1.27-1.33, client-go, the Python clients):
   it: `pods/eviction` is `policy/v1 Eviction` (without it drain falls back to
   policy/v1beta1), `deployments/scale` is `autoscaling/v1 Scale` (kubectl scale, which
   resolves the Scale kind from this entry alone).
-* Only group/versions that serve at least one resource are listed (`served_group_versions`):
+* Only group/versions that serve at least one resource are listed (`Discovery.served_group_versions`):
   client-go fails legacy discovery ("received empty response for: autoscaling/v1") on an
   empty `APIResourceList`. policy/v1 is listed because PodDisruptionBudgets live there;
   autoscaling/v1, which only the scale subresource names, is not.
@@ -34,10 +32,14 @@ What clients depend on (kubectl 1.27-1.33, client-go, the Python clients):
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
-from typing import Final, NamedTuple
+import re
+from collections.abc import Callable, Iterable
+from typing import Any, Final, NamedTuple, TypeVar
 
-from kubemesh.services.model.kinds import KINDS, Kind, Obj, Subresource, group_versions
+from kubemesh.services.model.kinds import Kind, KindTable, Obj, Subresource
+
+T = TypeVar("T")
+_KUBE_VERSION: Final = re.compile(r"v(\d+)(?:(alpha|beta)(\d+))?")
 
 SERVER_MAJOR: Final = "1"
 SERVER_MINOR: Final = "30"
@@ -133,72 +135,133 @@ def _version_info() -> Obj:
 
 
 # ---------------------------------------------------------------------------------------------
-# Legacy discovery.
+# The documents of one kind table.
 
 
-def api_versions(*, server_address: str) -> Obj:
-    """`GET /api`: the `APIVersions` of the core group, reachable at `server_address` (host:port)."""
-    return _api_versions(server_address)
+def version_priority(version: str) -> tuple[int, int, int]:
+    """Kubernetes' version order, highest first when sorted: v1 > v1beta2 > v1beta1 > v1alpha1 > other.
+
+    A custom resource's preferred version is its highest by this order (as upstream sorts them).
+    """
+    m = _KUBE_VERSION.fullmatch(version)
+    if m is None:
+        return (3, 0, 0)
+    major, stage, minor = int(m.group(1)), m.group(2), int(m.group(3) or 0)
+    rank = {"": 0, "beta": 1, "alpha": 2}[stage or ""]
+    return (rank, -major, -minor)
 
 
-@functools.lru_cache(maxsize=32)
-def _api_versions(server_address: str) -> Obj:
-    return {
-        "kind": "APIVersions",
-        "versions": list(_served_group_versions().get("", ())),
-        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
-    }
+class Discovery:
+    """The discovery documents of one apiserver's `KindTable`, rebuilt when the table changes.
 
+    Each document is built once per table generation and the same dict returned to every
+    caller until the table changes (a custom resource definition is served or removed):
+    callers serialise it and must not mutate it.
+    """
 
-def served_group_versions() -> dict[str, list[str]]:
-    """Every group (core as "") with the versions that serve at least one kind, in registry order."""
-    return {g: list(vs) for g, vs in _served_group_versions().items()}
+    def __init__(self, kinds: KindTable, *, server_address: str) -> None:
+        self.kinds = kinds
+        self.server_address = server_address
+        self._generation = -1
+        self._memo: dict[tuple[str, ...], Any] = {}
 
+    def _cached(self, key: tuple[str, ...], build: Callable[[], T]) -> T:
+        if self._generation != self.kinds.generation:
+            self._memo.clear()
+            self._generation = self.kinds.generation
+        if key not in self._memo:
+            self._memo[key] = build()
+        value: T = self._memo[key]
+        return value
 
-@functools.cache
-def _served_group_versions() -> dict[str, tuple[str, ...]]:
-    out: dict[str, tuple[str, ...]] = {}
-    for group, versions in group_versions().items():
-        served = tuple(v for v in versions if _kinds_in(group, v))
-        if served:
-            out[group] = served
-    return out
+    def served_group_versions(self) -> dict[str, tuple[str, ...]]:
+        """Every group (core as "") with the versions that serve at least one kind, preferred first."""
+        def build() -> dict[str, tuple[str, ...]]:
+            out: dict[str, tuple[str, ...]] = {}
+            for group, versions in self.kinds.group_versions().items():
+                served = [v for v in versions if self._kinds_in(group, v)]
+                if not served:
+                    continue
+                # Built-in groups keep the table's order; a group with several versions (a custom
+                # resource's) lists the preferred one first, as upstream does.
+                out[group] = tuple(sorted(served, key=version_priority)) if len(served) > 1 else tuple(served)
+            return out
+        return self._cached(("served",), build)
 
+    def _kinds_in(self, group: str, version: str) -> list[Kind]:
+        return [k for k in self.kinds.all() if k.group == group and k.version == version]
 
-def _named_groups() -> list[str]:
-    """The named (non-core) groups, in registry order."""
-    return [g for g in _served_group_versions() if g]
+    def _named_groups(self) -> list[str]:
+        return [g for g in self.served_group_versions() if g]
 
+    def _group_doc(self, group: str) -> Obj:
+        versions = [{"groupVersion": f"{group}/{v}", "version": v} for v in self.served_group_versions()[group]]
+        return {"name": group, "versions": versions, "preferredVersion": dict(versions[0])}
 
-def _group_doc(group: str) -> Obj:
-    versions = [{"groupVersion": f"{group}/{v}", "version": v} for v in _served_group_versions()[group]]
-    return {"name": group, "versions": versions, "preferredVersion": dict(versions[0])}
+    def api_versions(self) -> Obj:
+        """`GET /api`: the `APIVersions` of the core group, reachable at the server's address."""
+        return self._cached(("api",), lambda: {
+            "kind": "APIVersions",
+            "versions": list(self.served_group_versions().get("", ())),
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": self.server_address}],
+        })
 
+    def api_group_list(self) -> Obj:
+        """`GET /apis`: the `APIGroupList` of every named group (including policy and autoscaling)."""
+        return self._cached(("apis",), lambda: {"kind": "APIGroupList", "apiVersion": "v1",
+                                                "groups": [self._group_doc(g) for g in self._named_groups()]})
 
-def api_group_list() -> Obj:
-    """`GET /apis`: the `APIGroupList` of every named group (including policy and autoscaling)."""
-    return _api_group_list()
+    def api_group(self, group: str) -> Obj | None:
+        """`GET /apis/{group}`: the `APIGroup`, or None if the group is not served."""
+        if not group or group not in self.served_group_versions():
+            return None
+        return self._cached(("group", group), lambda: {"kind": "APIGroup", "apiVersion": "v1",
+                                                       **self._group_doc(group)})
 
+    def api_resource_list(self, group: str, version: str) -> Obj | None:
+        """`GET /api/v1` or `GET /apis/{group}/{version}`: the `APIResourceList`, or None if not served.
 
-@functools.cache
-def _api_group_list() -> Obj:
-    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group_doc(g) for g in _named_groups()]}
+        Resources and their subresources (`pods/eviction`, `pods/binding`, `*/status`,
+        `deployments/scale`...) are listed sorted by name, as the real apiserver lists them.
+        """
+        if version not in self.served_group_versions().get(group, ()):
+            return None
 
+        def build() -> Obj:
+            resources: list[Obj] = []
+            for kind in self._kinds_in(group, version):
+                resources.append(_resource_entry(kind))
+                resources.extend(_subresource_entry(kind, sub) for sub in kind.subresources)
+            resources.sort(key=lambda r: str(r["name"]))
+            return {"kind": "APIResourceList", "apiVersion": "v1",
+                    "groupVersion": f"{group}/{version}" if group else version, "resources": resources}
+        return self._cached(("resources", group, version), build)
 
-def api_group(group: str) -> Obj | None:
-    """`GET /apis/{group}`: the `APIGroup`, or None if the group is not served."""
-    return _api_group(group)
+    def aggregated(self, *, core: bool, media_type: str) -> Obj:
+        """The `APIGroupDiscoveryList` for `/api` (core=True) or `/apis` (core=False).
 
+        `media_type` is what `aggregated_media_type` returned; it picks the document's
+        `apiVersion` (`apidiscovery.k8s.io/v2` or `/v2beta1`, otherwise identical).
+        Raises ValueError for any other media type.
+        """
+        for version, mt in _AGGREGATED.items():
+            if mt == media_type:
+                build = functools.partial(self._aggregated, core, version)
+                return self._cached(("aggregated", str(core), version), build)
+        raise ValueError(f"not an aggregated discovery media type: {media_type!r}")
 
-@functools.lru_cache(maxsize=64)
-def _api_group(group: str) -> Obj | None:
-    if not group or group not in _served_group_versions():
-        return None
-    return {"kind": "APIGroup", "apiVersion": "v1", **_group_doc(group)}
+    def _aggregated_group(self, group: str) -> Obj:
+        versions: list[Obj] = []
+        for version in self.served_group_versions()[group]:
+            resources = sorted((_aggregated_resource(k) for k in self._kinds_in(group, version)),
+                               key=lambda r: str(r["resource"]))
+            versions.append({"version": version, "resources": resources, "freshness": "Current"})
+        return {"metadata": {"name": group}, "versions": versions}
 
-
-def _kinds_in(group: str, version: str) -> list[Kind]:
-    return [k for k in KINDS if k.group == group and k.version == version]
+    def _aggregated(self, core: bool, version: str) -> Obj:
+        groups: Iterable[str] = [""] if core else self._named_groups()
+        return {"kind": "APIGroupDiscoveryList", "apiVersion": f"apidiscovery.k8s.io/{version}", "metadata": {},
+                "items": [self._aggregated_group(g) for g in groups]}
 
 
 def _resource_entry(kind: Kind) -> Obj:
@@ -224,69 +287,6 @@ def _subresource_entry(kind: Kind, sub: Subresource) -> Obj:
     entry["kind"] = sub.kind
     entry["verbs"] = sorted(sub.verbs)
     return entry
-
-
-def api_resource_list(group: str, version: str) -> Obj | None:
-    """`GET /api/v1` or `GET /apis/{group}/{version}`: the `APIResourceList`, or None if not served.
-
-    Resources and their subresources (`pods/eviction`, `pods/binding`, `*/status`,
-    `deployments/scale`...) are listed sorted by name, as the real apiserver lists them.
-    """
-    return _api_resource_list(group, version)
-
-
-@functools.lru_cache(maxsize=64)
-def _api_resource_list(group: str, version: str) -> Obj | None:
-    if version not in _served_group_versions().get(group, ()):
-        return None
-    resources: list[Obj] = []
-    for kind in _kinds_in(group, version):
-        resources.append(_resource_entry(kind))
-        resources.extend(_subresource_entry(kind, sub) for sub in kind.subresources)
-    resources.sort(key=lambda r: str(r["name"]))
-    return {
-        "kind": "APIResourceList",
-        "apiVersion": "v1",
-        "groupVersion": f"{group}/{version}" if group else version,
-        "resources": resources,
-    }
-
-
-# ---------------------------------------------------------------------------------------------
-# Aggregated discovery.
-
-
-def aggregated_media_type(accept: str | None) -> str | None:
-    """The Content-Type to answer `/api` or `/apis` with, if the Accept header asks for aggregated discovery.
-
-    Returns `AGGREGATED_V2` or `AGGREGATED_V2BETA1` (the client's most preferred of the two),
-    or None when the client prefers a plain JSON document (legacy discovery) or did not ask.
-    Aggregated forms we do not serve (protobuf) are skipped.
-    """
-    for r in parse_accept(accept):
-        if r.is_plain_json():
-            return None
-        if (
-            r.mime == "application/json"
-            and r.params.get("g") == "apidiscovery.k8s.io"
-            and r.params.get("as") == "APIGroupDiscoveryList"
-            and r.params.get("v") in _AGGREGATED
-        ):
-            return _AGGREGATED[r.params["v"]]
-    return None
-
-
-def aggregated_discovery(*, core: bool, media_type: str) -> Obj:
-    """The `APIGroupDiscoveryList` for `/api` (core=True) or `/apis` (core=False).
-
-    `media_type` is what `aggregated_media_type` returned; it picks the document's
-    `apiVersion` (`apidiscovery.k8s.io/v2` or `/v2beta1`, otherwise identical).
-    Raises ValueError for any other media type.
-    """
-    for version, mt in _AGGREGATED.items():
-        if mt == media_type:
-            return _aggregated(core, version)
-    raise ValueError(f"not an aggregated discovery media type: {media_type!r}")
 
 
 def _response_kind(group: str, version: str, kind: str) -> Obj:
@@ -319,22 +319,21 @@ def _aggregated_resource(kind: Kind) -> Obj:
     return entry
 
 
-def _aggregated_group(group: str) -> Obj:
-    versions: list[Obj] = []
-    for version in _served_group_versions()[group]:
-        resources = sorted(
-            (_aggregated_resource(k) for k in _kinds_in(group, version)), key=lambda r: str(r["resource"])
-        )
-        versions.append({"version": version, "resources": resources, "freshness": "Current"})
-    return {"metadata": {"name": group}, "versions": versions}
+def aggregated_media_type(accept: str | None) -> str | None:
+    """The Content-Type to answer `/api` or `/apis` with, if the Accept header asks for aggregated discovery.
 
-
-@functools.lru_cache(maxsize=4)
-def _aggregated(core: bool, version: str) -> Obj:
-    groups: Iterable[str] = [""] if core else _named_groups()
-    return {
-        "kind": "APIGroupDiscoveryList",
-        "apiVersion": f"apidiscovery.k8s.io/{version}",
-        "metadata": {},
-        "items": [_aggregated_group(g) for g in groups],
-    }
+    Returns `AGGREGATED_V2` or `AGGREGATED_V2BETA1` (the client's most preferred of the two),
+    or None when the client prefers a plain JSON document (legacy discovery) or did not ask.
+    Aggregated forms we do not serve (protobuf) are skipped.
+    """
+    for r in parse_accept(accept):
+        if r.is_plain_json():
+            return None
+        if (
+            r.mime == "application/json"
+            and r.params.get("g") == "apidiscovery.k8s.io"
+            and r.params.get("as") == "APIGroupDiscoveryList"
+            and r.params.get("v") in _AGGREGATED
+        ):
+            return _AGGREGATED[r.params["v"]]
+    return None

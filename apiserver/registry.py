@@ -44,8 +44,9 @@ from kubemesh.services.model.kinds import (
     PODS,
     PRIORITYCLASSES,
     REPLICASETS,
-    STORED_KINDS,
+    SECRETS,
     Kind,
+    KindTable,
     Obj,
     labels_of,
 )
@@ -104,10 +105,11 @@ class DeleteOptions:
 class Registry:
     """Every verb's semantics over one Store."""
 
-    def __init__(self, *, store: Store, clock: Clock, rng: random.Random) -> None:
+    def __init__(self, *, store: Store, clock: Clock, rng: random.Random, kinds: KindTable | None = None) -> None:
         self.store = store
         self.clock = clock
         self.rng = rng
+        self.kinds = kinds if kinds is not None else KindTable()
         for ns in INITIAL_NAMESPACES:
             if store.get(NAMESPACES, ns) is None:
                 self.create(NAMESPACES, None, {"metadata": {"name": ns}}, WriteOptions())
@@ -274,6 +276,7 @@ class Registry:
                 candidate.pop("status", None)
         else:
             candidate = new
+            self._decode_fields(kind, candidate)
             md = candidate["metadata"]
             for field in _IMMUTABLE_META:
                 if field in old["metadata"]:
@@ -397,9 +400,8 @@ class Registry:
         assert final is not None
         return {**final, "status": {"phase": "Terminating"}}
 
-    @staticmethod
-    def _namespaced_kinds() -> list[Kind]:
-        return [k for k in STORED_KINDS if k.namespaced]
+    def _namespaced_kinds(self) -> list[Kind]:
+        return [k for k in self.kinds.stored() if k.namespaced and k.storage]
 
     def delete_collection(self, kind: Kind, namespace: str | None, *, labels: LabelSelector | None,
                           fields: FieldSelector | None, opts: DeleteOptions) -> list[Obj]:
@@ -537,7 +539,18 @@ class Registry:
         for field in ("spec", "status"):
             if field in body and body[field] is not None and not isinstance(body[field], dict):
                 raise errors.bad_request(f"{field} must be an object")
+        self._decode_fields(kind, body)
         return body
+
+    @staticmethod
+    def _decode_fields(kind: Kind, obj: Obj) -> None:
+        """What kube-apiserver's decoder does to a kind's typed fields (a 400 when it cannot)."""
+        if kind is SECRETS:
+            try:
+                admission.fold_secret(obj)
+            except admission.DecodeError as exc:
+                raise errors.bad_request(f'{kind.kind} in version "{kind.version}" cannot be handled as a '
+                                         f"{kind.kind}: {exc}") from None
 
     def _namespace_for(self, kind: Kind, namespace: str | None, md: dict[str, Any]) -> str:
         if not kind.namespaced:

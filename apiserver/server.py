@@ -51,7 +51,7 @@ def build_app(core: ApiserverCore) -> web.Application:
     """
     settings = core.settings
     history, hub, store = core.history, core.hub, core.store
-    api = Api(registry=core.registry, hub=hub, server_address=f"{settings.host}:{settings.port}")
+    api = Api(registry=core.registry, hub=hub, targets=core.targets, discovery=core.discovery, openapi=core.openapi)
     token = settings.token
     interceptors = core.interceptors
     observe = core.metrics.requests.observe

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import math
 from dataclasses import dataclass
@@ -23,12 +22,14 @@ import yaml
 from aiohttp import HttpVersion11, web
 from aiohttp.abc import AbstractStreamWriter
 
-from kubemesh.apiserver import discovery, errors, openapi, tables
+from kubemesh.apiserver import discovery, errors, reviews, tables
+from kubemesh.apiserver.discovery import Discovery
+from kubemesh.apiserver.openapi import OPENAPI_V2_CONTENT_TYPE, OpenApi
 from kubemesh.apiserver.registry import DeleteOptions, Registry, WriteOptions
 from kubemesh.apiserver.watching import WatchHub, encode_event
 from kubemesh.services.model import codec
 from kubemesh.services.model.codec import Encoding
-from kubemesh.services.model.kinds import BINDINGS, PODS, Kind, Obj, lookup
+from kubemesh.services.model.kinds import BINDINGS, PODS, REVIEWS, Kind, KindTable, Obj
 from kubemesh.services.model.selectors import (
     FieldSelector,
     LabelSelector,
@@ -241,26 +242,49 @@ def _reject_duplicate_fields(raw: bytes) -> None:
     json.loads(raw, object_pairs_hook=check)
 
 
-@functools.lru_cache(maxsize=16_384)
-def parse_target(group: str, version: str, tail: str) -> Target:
-    """Resolve `[namespaces/<ns>/]<plural>[/<name>[/<sub>]]` within a group version.
+class Targets:
+    """Resolves request paths to targets over one apiserver's `KindTable`.
 
-    A pure function of the path (the served kinds are fixed), so it is memoised: components
-    write the same few thousand object paths over and over. Paths that raise (unknown
-    resources) are not cached, and the cache is bounded.
+    Memoised per path (components write the same few thousand object paths over and over),
+    bounded, and forgotten whenever the table changes (a custom resource definition is served
+    or removed). Paths that raise (unknown resources) are not memoised.
     """
+
+    _LIMIT: Final = 16_384
+
+    def __init__(self, kinds: KindTable) -> None:
+        self.kinds = kinds
+        self._generation = kinds.generation
+        self._memo: dict[tuple[str, str, str], Target] = {}
+
+    def parse(self, group: str, version: str, tail: str) -> Target:
+        """Resolve `[namespaces/<ns>/]<plural>[/<name>[/<sub>]]` within a group version (404 if unknown)."""
+        if self._generation != self.kinds.generation:
+            self._memo.clear()
+            self._generation = self.kinds.generation
+        key = (group, version, tail)
+        target = self._memo.get(key)
+        if target is None:
+            target = _parse_target(self.kinds, group, version, tail)
+            if len(self._memo) >= self._LIMIT:
+                self._memo.clear()
+            self._memo[key] = target
+        return target
+
+
+def _parse_target(kinds: KindTable, group: str, version: str, tail: str) -> Target:
     segs = [s for s in tail.split("/") if s]
     watch = False
     if segs and segs[0] == "watch":
         watch = True
         segs = segs[1:]
     namespace: str | None = None
-    if len(segs) >= 3 and segs[0] == "namespaces" and lookup(group, version, segs[2]) is not None:
+    if len(segs) >= 3 and segs[0] == "namespaces" and kinds.lookup(group, version, segs[2]) is not None:
         namespace = segs[1]
         segs = segs[2:]
     if not segs or len(segs) > 3:
         raise errors.unknown_resource()
-    kind = lookup(group, version, segs[0])
+    kind = kinds.lookup(group, version, segs[0])
     if kind is None:
         raise errors.unknown_resource()
     if kind.namespaced is False and namespace is not None:
@@ -356,10 +380,13 @@ class TransportSink:
 class Api:
     """The request handlers, bound to one registry and one watch hub."""
 
-    def __init__(self, *, registry: Registry, hub: WatchHub, server_address: str) -> None:
+    def __init__(self, *, registry: Registry, hub: WatchHub, targets: Targets, discovery: Discovery,
+                 openapi: OpenApi) -> None:
         self.registry = registry
         self.hub = hub
-        self.server_address = server_address
+        self.targets = targets
+        self.discovery = discovery
+        self.openapi = openapi
         self.shutting_down = False
 
     def routes(self) -> list[web.RouteDef]:
@@ -388,28 +415,28 @@ class Api:
         """GET /api: APIVersions, or the aggregated core group."""
         media = discovery.aggregated_media_type(request.headers.get("Accept", ""))
         if media:
-            body = orjson.dumps(discovery.aggregated_discovery(core=True, media_type=media))
+            body = orjson.dumps(self.discovery.aggregated(core=True, media_type=media))
             return web.Response(body=body, headers={"Content-Type": media})
-        return render(request, discovery.api_versions(server_address=self.server_address))
+        return render(request, self.discovery.api_versions())
 
     async def apis_root(self, request: web.Request) -> web.Response:
         """GET /apis: APIGroupList, or the aggregated non-core groups."""
         media = discovery.aggregated_media_type(request.headers.get("Accept", ""))
         if media:
-            body = orjson.dumps(discovery.aggregated_discovery(core=False, media_type=media))
+            body = orjson.dumps(self.discovery.aggregated(core=False, media_type=media))
             return web.Response(body=body, headers={"Content-Type": media})
-        return render(request, discovery.api_group_list())
+        return render(request, self.discovery.api_group_list())
 
     async def group(self, request: web.Request) -> web.Response:
         """GET /apis/{group}."""
-        doc = discovery.api_group(request.match_info["group"])
+        doc = self.discovery.api_group(request.match_info["group"])
         if doc is None:
             raise errors.unknown_resource()
         return render(request, doc)
 
     async def group_version(self, request: web.Request) -> web.Response:
         """GET /api/v1 or /apis/{group}/{version}: APIResourceList."""
-        doc = discovery.api_resource_list(request.match_info.get("group", ""), request.match_info["version"])
+        doc = self.discovery.api_resource_list(request.match_info.get("group", ""), request.match_info["version"])
         if doc is None:
             raise errors.unknown_resource()
         return render(request, doc)
@@ -420,16 +447,16 @@ class Api:
 
     async def openapi_v2(self, request: web.Request) -> web.Response:
         """GET /openapi/v2: the protobuf stub kubectl 1.27/1.28 validate with."""
-        return web.Response(body=openapi.openapi_v2_protobuf(),
-                            headers={"Content-Type": openapi.OPENAPI_V2_CONTENT_TYPE})
+        return web.Response(body=self.openapi.v2_protobuf(),
+                            headers={"Content-Type": OPENAPI_V2_CONTENT_TYPE})
 
     async def openapi_v3(self, request: web.Request) -> web.Response:
         """GET /openapi/v3: the index of group-version documents."""
-        return render(request, openapi.openapi_v3_index())
+        return render(request, self.openapi.v3_index())
 
     async def openapi_v3_doc(self, request: web.Request) -> web.Response:
         """GET /openapi/v3/{api/v1|apis/g/v}."""
-        doc = openapi.openapi_v3_document(request.match_info["path"])
+        doc = self.openapi.v3_document(request.match_info["path"])
         if doc is None:
             raise errors.unknown_resource()
         return render(request, doc)
@@ -444,7 +471,7 @@ class Api:
         """Every request on a resource path."""
         group = request.match_info.get("group", "")
         version = request.match_info["version"]
-        target = parse_target(group, version, request.match_info["tail"])
+        target = self.targets.parse(group, version, request.match_info["tail"])
         method = request.method
         verb = _verb_of(method, target, request)
         request[VERB] = "create" if method == "POST" else verb  # POST on a subresource creates too
@@ -459,6 +486,9 @@ class Api:
             if method == "POST":
                 if target.kind is BINDINGS:
                     return await self.create_binding(request, target)
+                if target.kind in REVIEWS:
+                    body, _ = await read_body(request)
+                    return render(request, reviews.answer(target.kind, body), status=201)
                 return await self.create(request, target)
             if method == "DELETE":
                 return await self.delete_collection(request, target)

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
 import orjson
 
-from kubemesh.services.model.kinds import KINDS, PODS, STORED_KINDS, Kind, Obj, key_of
+from kubemesh.services.model.kinds import PODS, Kind, Obj, key_of
+
+_PODS: Final = PODS.resource
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
@@ -162,21 +165,23 @@ class LogBackend:
 
 
 class Store:
-    """Current objects per kind, the revision counter, and the pods-by-node index."""
+    """Current objects per resource, the revision counter, and the pods-by-node index.
+
+    Objects are kept by resource (`Kind.resource`, `plural.group`), not by kind: every served
+    version of a resource shares one bucket, and the objects of a custom resource loaded from
+    the data directory wait in theirs until its definition is served again.
+    """
 
     def __init__(self, *, backend: Backend | None = None) -> None:
         self.backend: Backend = backend or MemoryBackend()
-        self._by_resource: dict[str, Kind] = {k.resource: k for k in KINDS}
-        self._objects: dict[Kind, dict[str, Obj]] = {k: {} for k in STORED_KINDS}
+        self._objects: defaultdict[str, dict[str, Obj]] = defaultdict(dict)
         self._pods_by_node: dict[str, dict[str, Obj]] = {}
         self._publishers: list[Publisher] = []
-        self._last_write: dict[Kind, int] = dict.fromkeys(STORED_KINDS, 0)
+        self._last_write: defaultdict[str, int] = defaultdict(int)
         revision, objects = self.backend.load()
         self.revision = revision
         for resource, obj in objects:
-            kind = self._by_resource.get(resource)
-            if kind is not None:
-                self._put(kind, key_of(obj), obj, None)
+            self._put(resource, key_of(obj), obj, None)
 
     def subscribe(self, publisher: Publisher) -> None:
         """Be told of every write, synchronously, in revision order."""
@@ -186,15 +191,15 @@ class Store:
 
     def get(self, kind: Kind, key: str) -> Obj | None:
         """The current object at `key`, or None."""
-        return self._objects[kind].get(key)
+        return self._objects[kind.resource].get(key)
 
     def items(self, kind: Kind, *, namespace: str | None = None) -> Iterator[Obj]:
         """The current objects of a kind (of one namespace if given), unordered."""
-        objs = self._objects[kind].values()
+        bucket = self._objects[kind.resource]
         if not namespace:
-            return iter(objs)
+            return iter(bucket.values())
         prefix = namespace + "/"
-        return (o for k, o in self._objects[kind].items() if k.startswith(prefix))
+        return (o for k, o in bucket.items() if k.startswith(prefix))
 
     def pods_on_node(self, node: str) -> Iterator[Obj]:
         """Pods whose spec.nodeName is `node` ("" for unscheduled pods), from the index."""
@@ -202,11 +207,11 @@ class Store:
 
     def count(self, kind: Kind) -> int:
         """How many objects of a kind exist."""
-        return len(self._objects[kind])
+        return len(self._objects[kind.resource])
 
     def last_write(self, kind: Kind) -> int:
         """The revision of the last write to a kind."""
-        return self._last_write[kind]
+        return self._last_write[kind.resource]
 
     # ------------------------------------------------------------------------------ writes
 
@@ -219,24 +224,26 @@ class Store:
         rv = self.revision
         obj["metadata"]["resourceVersion"] = str(rv)
         key = key_of(obj)
-        prev = self._objects[kind].get(key)
-        self.backend.append(rv=rv, resource=kind.resource, key=key, obj=obj)
-        self._put(kind, key, obj, prev)
+        resource = kind.resource
+        prev = self._objects[resource].get(key)
+        self.backend.append(rv=rv, resource=resource, key=key, obj=obj)
+        self._put(resource, key, obj, prev)
         self._publish(kind, event, obj, prev, rv)
         return obj
 
     def remove(self, kind: Kind, key: str) -> Obj | None:
         """Remove an object; the DELETED event carries its final state at the new revision."""
-        prev = self._objects[kind].get(key)
+        resource = kind.resource
+        prev = self._objects[resource].get(key)
         if prev is None:
             return None
         self.revision += 1
         rv = self.revision
         final = dict(prev)
         final["metadata"] = {**prev["metadata"], "resourceVersion": str(rv)}
-        self.backend.append(rv=rv, resource=kind.resource, key=key, obj=None)
-        del self._objects[kind][key]
-        if kind is PODS:
+        self.backend.append(rv=rv, resource=resource, key=key, obj=None)
+        del self._objects[resource][key]
+        if resource == _PODS:
             self._unindex_pod(key, prev)
         self._publish(kind, "DELETED", final, prev, rv)
         return final
@@ -252,14 +259,14 @@ class Store:
     # ------------------------------------------------------------------------------ internals
 
     def _all(self) -> Iterator[tuple[str, Obj]]:
-        for kind, objs in self._objects.items():
+        for resource, objs in self._objects.items():
             for obj in objs.values():
-                yield kind.resource, obj
+                yield resource, obj
 
-    def _put(self, kind: Kind, key: str, obj: Obj, prev: Obj | None) -> None:
-        self._objects[kind][key] = obj
-        self._last_write[kind] = max(self._last_write[kind], int(obj["metadata"].get("resourceVersion") or 0))
-        if kind is PODS:
+    def _put(self, resource: str, key: str, obj: Obj, prev: Obj | None) -> None:
+        self._objects[resource][key] = obj
+        self._last_write[resource] = max(self._last_write[resource], int(obj["metadata"].get("resourceVersion") or 0))
+        if resource == _PODS:
             if prev is not None:
                 self._unindex_pod(key, prev)
             node = _node_of(obj)
@@ -274,7 +281,7 @@ class Store:
                 del self._pods_by_node[node]
 
     def _publish(self, kind: Kind, event: EventType, obj: Obj, prev: Obj | None, rv: int) -> None:
-        self._last_write[kind] = rv
+        self._last_write[kind.resource] = rv
         for publish in self._publishers:
             publish(kind, event, obj, prev, rv)
 

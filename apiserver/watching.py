@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -50,7 +50,7 @@ import structlog
 from kubemesh.apiserver.history import Seen
 from kubemesh.apiserver.storage import EventType, Store
 from kubemesh.services.model.codec import Encoding
-from kubemesh.services.model.kinds import PODS, STORED_KINDS, Kind, Obj, labels_of, namespace_of
+from kubemesh.services.model.kinds import PODS, Kind, Obj, labels_of, namespace_of
 from kubemesh.services.model.selectors import FieldSelector, LabelSelector
 
 
@@ -557,15 +557,23 @@ class WatchHub:
         self._table_row = table_row
         self.settings = settings or WatchSettings()
         self._now = now
-        self.windows: dict[Kind, deque[Event]] = {k: deque() for k in STORED_KINDS}
-        # Every event of a kind after floor[kind] is in its window.
-        self.floor: dict[Kind, int] = dict.fromkeys(STORED_KINDS, store.revision)
-        self._general: dict[Kind, set[Watcher]] = {k: set() for k in STORED_KINDS}
+        # By resource (`Kind.resource`): every version of a resource shares its window, and the
+        # window of a kind added at run time (a custom resource) starts with its first event.
+        self.windows: defaultdict[str, deque[Event]] = defaultdict(deque)
+        # Every event of a resource after floor(resource) is in its window: until its window
+        # first drops an event, that is the revision the hub started at (no event of it since).
+        self._start = store.revision
+        self._floor: dict[str, int] = {}
+        self._general: defaultdict[str, set[Watcher]] = defaultdict(set)
         self._by_node: dict[str, set[Watcher]] = {}
         self.on_watcher: list[Callable[[Watcher], None]] = []
         """Called for every new watcher before it is offered anything live (chaos attaches taps)."""
         self.on_deliver: Deliver | None = None
         self.flusher = Flusher(interval=self.settings.flush_interval)
+
+    def floor(self, kind: Kind) -> int:
+        """Every event of the kind's resource after this revision is in its window."""
+        return self._floor.get(kind.resource, self._start)
 
     @property
     def watchers(self) -> list[Watcher]:
@@ -577,12 +585,13 @@ class WatchHub:
     def publish(self, kind: Kind, type_: EventType, obj: Obj, prev: Obj | None, rv: int) -> None:
         """Record a write in the kind's window and offer it to the watchers that may match."""
         event = Event(type=type_, kind=kind, obj=obj, prev=prev, rv=rv)
-        window = self.windows[kind]
+        resource = kind.resource
+        window = self.windows[resource]
         window.append(event)
         if len(window) > self.settings.window:
-            self.floor[kind] = window.popleft().rv
+            self._floor[resource] = window.popleft().rv
         plain: Item = (type_, event, False)
-        for w in tuple(self._general[kind]):
+        for w in tuple(self._general[resource]):
             w.offer(event, plain)
         if kind is PODS and self._by_node:
             node = _node(obj)
@@ -624,9 +633,10 @@ class WatchHub:
                 since = int(rv_text)
             except ValueError as exc:
                 raise LookupError(f"invalid resourceVersion {rv_text!r}") from exc
-            if since < self.floor[kind]:
-                raise ValueError(f"too old resource version: {since} ({self.floor[kind]})")
-            for event in self.windows[kind]:
+            floor = self.floor(kind)
+            if since < floor:
+                raise ValueError(f"too old resource version: {since} ({floor})")
+            for event in self.windows[kind.resource]:
                 if event.rv > since:
                     w.offer(event)
         self._register(w)
@@ -644,7 +654,7 @@ class WatchHub:
             w.node_key = node
             self._by_node.setdefault(node, set()).add(w)
         else:
-            self._general[w.kind].add(w)
+            self._general[w.kind.resource].add(w)
 
     def event_at(self, kind: Kind, rv: int) -> Event | None:
         """The event a write at revision `rv` published (None when it left the window or was never one).
@@ -652,7 +662,7 @@ class WatchHub:
         A write's response looks its event up by its revision to reuse the encoded object; the
         newest event of the kind is that write's unless another write of the kind came after.
         """
-        window = self.windows.get(kind)
+        window = self.windows.get(kind.resource)
         if not window:
             return None
         if window[-1].rv == rv:
@@ -671,7 +681,7 @@ class WatchHub:
                 if not bucket:
                     del self._by_node[w.node_key]
         else:
-            self._general[w.kind].discard(w)
+            self._general[w.kind.resource].discard(w)
 
     def state_at(self, kind: Kind, rv: int) -> dict[str, Obj]:
         """The objects of a kind as they were at revision `rv` (for stale reads).
@@ -679,10 +689,11 @@ class WatchHub:
         Rebuilt by undoing the window's events after `rv`; raises ValueError when `rv` is
         older than the window.
         """
-        if rv < self.floor[kind]:
-            raise ValueError(f"revision {rv} is older than the window of {kind.resource} ({self.floor[kind]})")
+        floor = self.floor(kind)
+        if rv < floor:
+            raise ValueError(f"revision {rv} is older than the window of {kind.resource} ({floor})")
         state = {_key(o): o for o in self.store.items(kind)}
-        for event in reversed(self.windows[kind]):
+        for event in reversed(self.windows[kind.resource]):
             if event.rv <= rv:
                 break
             key = _key(event.obj)

@@ -76,9 +76,9 @@ def _encode(models: Any, type_str: str, todo: list[str]) -> str:
     return ""
 
 
-def model_for(models: Any, kind: str) -> str:
+def model_for(models: Any, kind: str, version: str = "v1") -> str:
     """The client's model name for a kind (core Event is `CoreV1Event` in recent clients)."""
-    for candidate in (f"V1{kind}", f"CoreV1{kind}"):
+    for candidate in (f"{version.capitalize()}{kind}", f"CoreV1{kind}"):
         if _is_model(models, candidate):
             return candidate
     raise SystemExit(f"no model for kind {kind}")
@@ -87,7 +87,7 @@ def model_for(models: Any, kind: str) -> str:
 def build() -> dict[str, Any]:
     """Build the schema document."""
     models = _models()
-    kinds = {k.kind: model_for(models, k.kind) for k in KINDS}
+    kinds = {k.kind: model_for(models, k.kind, k.version) for k in KINDS}
     kinds.update(EXTRA_KINDS)
     types: dict[str, dict[str, str]] = {}
     todo = list(kinds.values())

@@ -24,7 +24,7 @@ import contextlib
 import difflib
 import math
 import random
-from collections.abc import AsyncIterator, Coroutine, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Coroutine, Iterable, Sequence
 from typing import Any, Final
 
 import structlog
@@ -94,6 +94,7 @@ class ChaosEngine:
         self.history = core.history
         self.hub = core.hub
         self.store = core.store
+        self.targets = core.targets
         self.components = core.components.entries
         self.seed = rng.getrandbits(64)
         self.rng = rng
@@ -220,6 +221,10 @@ class ChaosEngine:
                     bad("target.node", f'node "{n}" not found')
         return causes
 
+    def _resources(self) -> frozenset[str]:
+        """The plurals a fault may match: every kind served now, custom resources included."""
+        return frozenset(k.plural for k in self.core.kinds.all())
+
     def _not_connected(self, spec: FaultSpec) -> str | None:
         """For a client fault: how its target is named when no client with that identity was seen yet."""
         if spec.category not in ("request", "watch", "reads") or spec.target.nodes:
@@ -262,13 +267,13 @@ class ChaosEngine:
     async def create(self, raw: Any, *, check: bool = True) -> Fault:
         """Validate, record and start one fault."""
         try:
-            spec = parse(raw)
+            spec = parse(raw, resources=self._resources())
         except SpecError as exc:
             raise invalid(exc.causes, raw.get("name", "") if isinstance(raw, dict) else "") from exc
         if not (isinstance(raw, dict) and raw.get("name")):
             base, n = spec.name, 2
             while spec.name in self.faults and self.faults[spec.name].live:
-                spec = _renamed(spec, f"{base}-{n}")
+                spec = _renamed(spec, f"{base}-{n}", self._resources())
                 n += 1
         old = self.faults.get(spec.name)
         if old is not None and old.live:
@@ -430,7 +435,7 @@ class ChaosEngine:
         if "duration" not in raw:
             raw["duration"] = None
         try:
-            spec = parse(raw)
+            spec = parse(raw, resources=self._resources())
         except SpecError as exc:
             raise invalid(exc.causes, name) from exc
         causes = self._check_targets(spec)
@@ -469,7 +474,7 @@ class ChaosEngine:
         causes: list[dict[str, str]] = []
         for i, raw in enumerate(items):
             try:
-                spec = parse(raw)
+                spec = parse(raw, resources=self._resources())
             except SpecError as exc:
                 causes.extend({**c, "field": f"items[{i}].{c['field']}"} for c in exc.causes)
                 continue
@@ -647,7 +652,7 @@ def _kubemesh_component_meant(name: str) -> str | None:
     return close[0] if close and close[0] != name else None
 
 
-def _renamed(spec: FaultSpec, name: str) -> FaultSpec:
+def _renamed(spec: FaultSpec, name: str, resources: Collection[str]) -> FaultSpec:
     raw = spec.to_dict()
     raw["name"] = name
-    return parse(raw)
+    return parse(raw, resources=resources)

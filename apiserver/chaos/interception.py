@@ -25,7 +25,7 @@ from aiohttp import web
 from kubemesh.apiserver import errors, tables
 from kubemesh.apiserver.chaos.faults import Fault
 from kubemesh.apiserver.chaos.spec import TYPES, WRITE_VERBS
-from kubemesh.apiserver.serving import parse_target, render, render_status, response_encoding, selectors
+from kubemesh.apiserver.serving import Targets, render, render_status, response_encoding, selectors
 from kubemesh.apiserver.storage import EventType, Store
 from kubemesh.apiserver.watching import WatchHub, encode_event
 from kubemesh.services.machinery.clock import Clock
@@ -48,6 +48,7 @@ class Engine(Protocol):
     clock: Clock
     hub: WatchHub
     store: Store
+    targets: Targets
     seen: dict[tuple[str, str], float]
     requests_active: bool
     stalled: int
@@ -182,7 +183,7 @@ class RequestChaos:
         if tail is None or version is None:
             return None
         try:
-            t = parse_target(request.match_info.get("group", ""), version, tail)
+            t = self.engine.targets.parse(request.match_info.get("group", ""), version, tail)
         except errors.StatusError:
             return None
         m = request.method
@@ -268,7 +269,7 @@ class RequestChaos:
         if tables.wants_table(request.headers.get("Accept")):
             return None
         kind = info.kind
-        floor = self.engine.hub.floor.get(kind, 0)
+        floor = self.engine.hub.floor(kind)
         rv = max(rv, floor)
         try:
             state = self.engine.hub.state_at(kind, rv)

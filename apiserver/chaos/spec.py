@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -83,6 +84,7 @@ FIELD_OPS: Final = frozenset({"exists", "notExists", "equals", "notEquals", "cha
 TRIGGER_ACTIONS: Final = frozenset({"arm", "fire", "release"})
 TRIGGER_POINTS: Final = frozenset({"delivered", "written"})
 RESOURCES: Final = frozenset(k.plural for k in KINDS)
+"""The plurals of the built-in kinds (an apiserver serving custom resources passes more to `parse`)."""
 _NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 _MATCH_TYPES: Final = frozenset({"request", "watch", "reads"})
 
@@ -271,8 +273,11 @@ class FaultSpec:
 
 
 class _Causes:
-    def __init__(self) -> None:
+    """The context of one parse: the causes found so far, and the resources a match may name."""
+
+    def __init__(self, resources: Collection[str] = RESOURCES) -> None:
         self.items: list[dict[str, str]] = []
+        self.resources = resources
 
     def add(self, fld: str, message: str) -> None:
         self.items.append({"field": fld, "message": message, "reason": "FieldValueInvalid"})
@@ -377,8 +382,8 @@ def parse_selector(raw: Any, fld: str, causes: _Causes, *, watch: bool, request:
         causes.add(f"{fld}.verbs", "only request faults match verbs")
     resources = _str_list(raw.get("resources", raw.get("resource")), f"{fld}.resources", causes)
     for r in resources:
-        if r.split("/", 1)[0] not in RESOURCES:
-            causes.add(f"{fld}.resources", f"unknown resource {r!r}; known: {', '.join(sorted(RESOURCES))}")
+        if r.split("/", 1)[0] not in causes.resources:
+            causes.add(f"{fld}.resources", f"unknown resource {r!r}; known: {', '.join(sorted(causes.resources))}")
     events = _str_list(raw.get("eventTypes", raw.get("eventType")), f"{fld}.eventTypes", causes)
     for e in events:
         if e not in EVENT_TYPES:
@@ -635,9 +640,13 @@ def _params(type_: str, raw: Any, causes: _Causes, match: Selector) -> dict[str,
     return p
 
 
-def parse(raw: Any) -> FaultSpec:
-    """Validate a fault spec; raises SpecError with every field at fault."""
-    causes = _Causes()
+def parse(raw: Any, *, resources: Collection[str] = RESOURCES) -> FaultSpec:
+    """Validate a fault spec; raises SpecError with every field at fault.
+
+    `resources`: the plurals a match or a trigger may name (the apiserver passes every kind it
+    serves, custom resources included; the default is the built-in kinds).
+    """
+    causes = _Causes(resources)
     if not isinstance(raw, dict):
         raise SpecError([{"field": "", "message": "a fault must be an object", "reason": "FieldValueInvalid"}])
     known = {"name", "type", "target", "match", "params", "probability", "duration", "ttl", "trigger",

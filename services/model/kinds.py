@@ -1,8 +1,10 @@
-"""The registry of API kinds kubemesh serves: one `Kind` per resource.
+"""The API kinds kubemesh serves: one `Kind` per resource and version, and the table that holds them.
 
 Everything that needs to know what a resource is reads it from here: the apiserver's
 routing, storage and discovery documents, the API client's URL building and the
-components' informers. Adding a kind is one entry in `KINDS`.
+components' informers. Adding a built-in kind is one entry in `KINDS`; custom resource
+definitions add kinds at run time to an apiserver's `KindTable`, and everything derived from
+the table (discovery, OpenAPI, storage buckets, watch windows) follows.
 
 Objects travel as plain JSON-like dicts (`Obj`), as they do on the wire; the helpers at
 the end of this module read the few fields every layer needs, so that no caller digs
@@ -11,7 +13,7 @@ through nested dicts by hand.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -57,9 +59,11 @@ class Subresource:
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Kind:
-    """One served resource: where it lives, what it is called and how it is selected.
+    """One served resource at one version: where it lives, what it is called and how it is selected.
 
-    Kinds are singletons from `KINDS`: they compare and hash by identity.
+    Kinds are singletons (the entries of `KINDS`, or those a custom resource definition adds):
+    they compare and hash by identity. The versions of one resource share its storage
+    (`resource`); the one marked `storage` is the version objects are kept in.
     """
 
     group: str
@@ -77,21 +81,23 @@ class Kind:
     """Field-selector fields beyond metadata.name and metadata.namespace."""
     has_status: bool = True
     """Whether `status` is a separate part that the main resource's writes leave alone."""
+    storage: bool = True
+    """Whether objects are stored at this version (one version of a resource is)."""
+    custom: Any = None
+    """For a custom resource: what its definition says (`kubemesh.apiserver.crds.CustomKind`)."""
+    api_version: str = field(init=False)
+    """`v1` for the core group, `group/version` otherwise."""
+    prefix: str = field(init=False)
+    """The URL prefix of the group version: `/api/v1` or `/apis/apps/v1`."""
+    resource: str = field(init=False)
+    """`plural` or `plural.group`, as Kubernetes names resources in errors and RBAC; the storage key."""
 
-    @property
-    def api_version(self) -> str:
-        """`v1` for the core group, `group/version` otherwise."""
-        return self.version if not self.group else f"{self.group}/{self.version}"
-
-    @property
-    def prefix(self) -> str:
-        """The URL prefix of the group version: `/api/v1` or `/apis/apps/v1`."""
-        return f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
-
-    @property
-    def resource(self) -> str:
-        """`plural` or `plural.group`, as Kubernetes names resources in errors and RBAC."""
-        return self.plural if not self.group else f"{self.plural}.{self.group}"
+    def __post_init__(self) -> None:
+        # Derived once: they are read on every request and every stored write.
+        object.__setattr__(self, "api_version", self.version if not self.group else f"{self.group}/{self.version}")
+        object.__setattr__(self, "prefix", f"/api/{self.version}" if not self.group
+                           else f"/apis/{self.group}/{self.version}")
+        object.__setattr__(self, "resource", self.plural if not self.group else f"{self.plural}.{self.group}")
 
     def subresource(self, name: str) -> Subresource | None:
         """The subresource called `name`, if this kind has it."""
@@ -214,9 +220,145 @@ PODDISRUPTIONBUDGETS: Final = Kind(
     subresources=(Subresource(name="status", kind="PodDisruptionBudget", verbs=_STATUS),),
 )
 
+# -- what Helm charts and operators create besides ------------------------------------------
+
+SECRETS: Final = Kind(
+    group="", version="v1", kind="Secret", plural="secrets", singular="secret", namespaced=True,
+    has_status=False, fields={"type": _path("type")},
+)
+SERVICEACCOUNTS: Final = Kind(
+    group="", version="v1", kind="ServiceAccount", plural="serviceaccounts", singular="serviceaccount",
+    namespaced=True, short_names=("sa",), has_status=False,
+)
+ENDPOINTS: Final = Kind(
+    group="", version="v1", kind="Endpoints", plural="endpoints", singular="endpoints", namespaced=True,
+    short_names=("ep",), has_status=False,
+)
+PERSISTENTVOLUMECLAIMS: Final = Kind(
+    group="", version="v1", kind="PersistentVolumeClaim", plural="persistentvolumeclaims",
+    singular="persistentvolumeclaim", namespaced=True, short_names=("pvc",),
+    subresources=(Subresource(name="status", kind="PersistentVolumeClaim", verbs=_STATUS),),
+)
+PERSISTENTVOLUMES: Final = Kind(
+    group="", version="v1", kind="PersistentVolume", plural="persistentvolumes", singular="persistentvolume",
+    namespaced=False, short_names=("pv",),
+    subresources=(Subresource(name="status", kind="PersistentVolume", verbs=_STATUS),),
+)
+REPLICATIONCONTROLLERS: Final = Kind(
+    group="", version="v1", kind="ReplicationController", plural="replicationcontrollers",
+    singular="replicationcontroller", namespaced=True, short_names=("rc",), categories=("all",),
+    subresources=(Subresource(name="status", kind="ReplicationController", verbs=_STATUS), _SCALE),
+    fields={"status.replicas": _path("status", "replicas")},
+)
+STATEFULSETS: Final = Kind(
+    group="apps", version="v1", kind="StatefulSet", plural="statefulsets", singular="statefulset",
+    namespaced=True, short_names=("sts",), categories=("all",),
+    subresources=(Subresource(name="status", kind="StatefulSet", verbs=_STATUS), _SCALE),
+)
+CONTROLLERREVISIONS: Final = Kind(
+    group="apps", version="v1", kind="ControllerRevision", plural="controllerrevisions",
+    singular="controllerrevision", namespaced=True, has_status=False,
+)
+JOBS: Final = Kind(
+    group="batch", version="v1", kind="Job", plural="jobs", singular="job", namespaced=True,
+    categories=("all",), subresources=(Subresource(name="status", kind="Job", verbs=_STATUS),),
+    fields={"status.successful": _path("status", "succeeded")},
+)
+CRONJOBS: Final = Kind(
+    group="batch", version="v1", kind="CronJob", plural="cronjobs", singular="cronjob", namespaced=True,
+    short_names=("cj",), categories=("all",),
+    subresources=(Subresource(name="status", kind="CronJob", verbs=_STATUS),),
+)
+HORIZONTALPODAUTOSCALERS: Final = Kind(
+    group="autoscaling", version="v2", kind="HorizontalPodAutoscaler", plural="horizontalpodautoscalers",
+    singular="horizontalpodautoscaler", namespaced=True, short_names=("hpa",), categories=("all",),
+    subresources=(Subresource(name="status", kind="HorizontalPodAutoscaler", verbs=_STATUS),),
+)
+ENDPOINTSLICES: Final = Kind(
+    group="discovery.k8s.io", version="v1", kind="EndpointSlice", plural="endpointslices",
+    singular="endpointslice", namespaced=True, has_status=False,
+)
+INGRESSES: Final = Kind(
+    group="networking.k8s.io", version="v1", kind="Ingress", plural="ingresses", singular="ingress",
+    namespaced=True, short_names=("ing",),
+    subresources=(Subresource(name="status", kind="Ingress", verbs=_STATUS),),
+)
+INGRESSCLASSES: Final = Kind(
+    group="networking.k8s.io", version="v1", kind="IngressClass", plural="ingressclasses",
+    singular="ingressclass", namespaced=False, has_status=False,
+)
+NETWORKPOLICIES: Final = Kind(
+    group="networking.k8s.io", version="v1", kind="NetworkPolicy", plural="networkpolicies",
+    singular="networkpolicy", namespaced=True, short_names=("netpol",), has_status=False,
+)
+STORAGECLASSES: Final = Kind(
+    group="storage.k8s.io", version="v1", kind="StorageClass", plural="storageclasses", singular="storageclass",
+    namespaced=False, short_names=("sc",), has_status=False,
+)
+_RBAC = "rbac.authorization.k8s.io"
+ROLES: Final = Kind(group=_RBAC, version="v1", kind="Role", plural="roles", singular="role", namespaced=True,
+                    has_status=False)
+ROLEBINDINGS: Final = Kind(group=_RBAC, version="v1", kind="RoleBinding", plural="rolebindings",
+                           singular="rolebinding", namespaced=True, has_status=False)
+CLUSTERROLES: Final = Kind(group=_RBAC, version="v1", kind="ClusterRole", plural="clusterroles",
+                           singular="clusterrole", namespaced=False, has_status=False)
+CLUSTERROLEBINDINGS: Final = Kind(group=_RBAC, version="v1", kind="ClusterRoleBinding",
+                                  plural="clusterrolebindings", singular="clusterrolebinding", namespaced=False,
+                                  has_status=False)
+_ADMISSION = "admissionregistration.k8s.io"
+VALIDATINGWEBHOOKCONFIGURATIONS: Final = Kind(
+    group=_ADMISSION, version="v1", kind="ValidatingWebhookConfiguration",
+    plural="validatingwebhookconfigurations", singular="validatingwebhookconfiguration", namespaced=False,
+    has_status=False,
+)
+MUTATINGWEBHOOKCONFIGURATIONS: Final = Kind(
+    group=_ADMISSION, version="v1", kind="MutatingWebhookConfiguration",
+    plural="mutatingwebhookconfigurations", singular="mutatingwebhookconfiguration", namespaced=False,
+    has_status=False,
+)
+CUSTOMRESOURCEDEFINITIONS: Final = Kind(
+    group="apiextensions.k8s.io", version="v1", kind="CustomResourceDefinition",
+    plural="customresourcedefinitions", singular="customresourcedefinition", namespaced=False,
+    short_names=("crd", "crds"), categories=("api-extensions",),
+    subresources=(Subresource(name="status", kind="CustomResourceDefinition", verbs=_STATUS),),
+)
+APISERVICES: Final = Kind(
+    group="apiregistration.k8s.io", version="v1", kind="APIService", plural="apiservices", singular="apiservice",
+    namespaced=False, categories=("api-extensions",),
+    subresources=(Subresource(name="status", kind="APIService", verbs=_STATUS),),
+)
+# Reviews: created and answered, never stored (like bindings).
+SELFSUBJECTACCESSREVIEWS: Final = Kind(
+    group="authorization.k8s.io", version="v1", kind="SelfSubjectAccessReview",
+    plural="selfsubjectaccessreviews", singular="selfsubjectaccessreview", namespaced=False, verbs=("create",),
+    has_status=False,
+)
+SELFSUBJECTRULESREVIEWS: Final = Kind(
+    group="authorization.k8s.io", version="v1", kind="SelfSubjectRulesReview",
+    plural="selfsubjectrulesreviews", singular="selfsubjectrulesreview", namespaced=False, verbs=("create",),
+    has_status=False,
+)
+SUBJECTACCESSREVIEWS: Final = Kind(
+    group="authorization.k8s.io", version="v1", kind="SubjectAccessReview", plural="subjectaccessreviews",
+    singular="subjectaccessreview", namespaced=False, verbs=("create",), has_status=False,
+)
+SELFSUBJECTREVIEWS: Final = Kind(
+    group="authentication.k8s.io", version="v1", kind="SelfSubjectReview", plural="selfsubjectreviews",
+    singular="selfsubjectreview", namespaced=False, verbs=("create",), has_status=False,
+)
+
+REVIEWS: Final[frozenset[Kind]] = frozenset({SELFSUBJECTACCESSREVIEWS, SELFSUBJECTRULESREVIEWS,
+                                             SUBJECTACCESSREVIEWS, SELFSUBJECTREVIEWS})
+"""Kinds a client creates to ask a question: answered at once, never stored."""
+
 KINDS: Final[tuple[Kind, ...]] = (
     NAMESPACES, NODES, PODS, BINDINGS, EVENTS, CONFIGMAPS, SERVICES, LEASES,
     DEPLOYMENTS, REPLICASETS, DAEMONSETS, PRIORITYCLASSES, PODDISRUPTIONBUDGETS,
+    SECRETS, SERVICEACCOUNTS, ENDPOINTS, PERSISTENTVOLUMECLAIMS, PERSISTENTVOLUMES, REPLICATIONCONTROLLERS,
+    STATEFULSETS, CONTROLLERREVISIONS, JOBS, CRONJOBS, HORIZONTALPODAUTOSCALERS, ENDPOINTSLICES, INGRESSES,
+    INGRESSCLASSES, NETWORKPOLICIES, STORAGECLASSES, ROLES, ROLEBINDINGS, CLUSTERROLES, CLUSTERROLEBINDINGS,
+    VALIDATINGWEBHOOKCONFIGURATIONS, MUTATINGWEBHOOKCONFIGURATIONS, CUSTOMRESOURCEDEFINITIONS, APISERVICES,
+    SELFSUBJECTACCESSREVIEWS, SELFSUBJECTRULESREVIEWS, SUBJECTACCESSREVIEWS, SELFSUBJECTREVIEWS,
 )
 
 STORED_KINDS: Final[tuple[Kind, ...]] = tuple(k for k in KINDS if "get" in k.verbs)
@@ -226,18 +368,94 @@ _BY_PATH: Final[dict[tuple[str, str, str], Kind]] = {(k.group, k.version, k.plur
 
 
 def lookup(group: str, version: str, plural: str) -> Kind | None:
-    """The kind served at `group/version/plural`, or None."""
+    """The built-in kind served at `group/version/plural`, or None (an apiserver asks its `KindTable`)."""
     return _BY_PATH.get((group, version, plural))
 
 
-def group_versions() -> dict[str, list[str]]:
-    """Every served group with its versions, the core group as ""."""
+def group_versions(kinds: Iterable[Kind] = KINDS) -> dict[str, list[str]]:
+    """Every group of `kinds` with its versions, the core group as "", in first-seen order."""
     out: dict[str, list[str]] = {}
-    for k in KINDS:
+    for k in kinds:
         versions = out.setdefault(k.group, [])
         if k.version not in versions:
             versions.append(k.version)
     return out
+
+
+class KindTable:
+    """The kinds one apiserver serves: the built-in ones, and those custom resource definitions add.
+
+    Not a module-level registry: each apiserver (and each in-process test) has its own. Every
+    change increases `generation`, so that what is derived from the table (discovery and
+    OpenAPI documents) knows when to rebuild, and is told to the listeners (`on_change`), in
+    the order the changes happen.
+    """
+
+    def __init__(self, builtin: Iterable[Kind] = KINDS) -> None:
+        self._kinds: list[Kind] = list(builtin)
+        self.builtin: frozenset[Kind] = frozenset(self._kinds)
+        self.generation = 0
+        self._listeners: list[Callable[[Kind, bool], None]] = []
+        self._reindex()
+
+    def _reindex(self) -> None:
+        self._by_path = {(k.group, k.version, k.plural): k for k in self._kinds}
+        self._by_resource = {k.resource: k for k in self._kinds if k.storage}
+        self._all = tuple(self._kinds)
+        self._stored = tuple(k for k in self._kinds if "get" in k.verbs)
+
+    def lookup(self, group: str, version: str, plural: str) -> Kind | None:
+        """The kind served at `group/version/plural`, or None."""
+        return self._by_path.get((group, version, plural))
+
+    def by_resource(self, resource: str) -> Kind | None:
+        """The storage version of a resource (`plural.group`), or None."""
+        return self._by_resource.get(resource)
+
+    def by_kind(self, group: str, kind: str) -> list[Kind]:
+        """Every served version of a kind named `kind` in `group`."""
+        return [k for k in self._kinds if k.group == group and k.kind == kind]
+
+    def all(self) -> tuple[Kind, ...]:
+        """Every served kind, built-in first, in the order they were added."""
+        return self._all
+
+    def stored(self) -> tuple[Kind, ...]:
+        """The kinds with objects in the store (bindings are create-only)."""
+        return self._stored
+
+    def group_versions(self) -> dict[str, list[str]]:
+        """Every served group with its versions, the core group as ""."""
+        return group_versions(self._kinds)
+
+    def on_change(self, listener: Callable[[Kind, bool], None]) -> None:
+        """Call `listener(kind, added)` for every kind added (True) or removed (False) from now on."""
+        self._listeners.append(listener)
+
+    def add(self, kind: Kind) -> None:
+        """Serve one more kind (a custom resource's version); replaces one at the same path."""
+        old = self.lookup(kind.group, kind.version, kind.plural)
+        if old is not None:
+            if old in self.builtin:
+                raise ValueError(f"{kind.plural}.{kind.group}/{kind.version} is a built-in kind")
+            self.remove(old)
+        self._kinds.append(kind)
+        self._reindex()
+        self.generation += 1
+        for listener in list(self._listeners):
+            listener(kind, True)
+
+    def remove(self, kind: Kind) -> None:
+        """Stop serving a kind (its objects stay in the store until someone deletes them)."""
+        if kind in self.builtin:
+            raise ValueError(f"{kind.resource} is a built-in kind")
+        if kind not in self._kinds:
+            return
+        self._kinds.remove(kind)
+        self._reindex()
+        self.generation += 1
+        for listener in list(self._listeners):
+            listener(kind, False)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,17 +9,37 @@ from kubemesh.apiserver.discovery import (
     AGGREGATED_V2,
     AGGREGATED_V2BETA1,
     GIT_VERSION,
-    aggregated_discovery,
+    Discovery,
     aggregated_media_type,
-    api_group,
-    api_group_list,
-    api_resource_list,
-    api_versions,
     parse_accept,
-    served_group_versions,
     version_info,
 )
-from kubemesh.services.model.kinds import KINDS, Obj
+from kubemesh.apiserver.openapi import OpenApi
+from kubemesh.services.model.kinds import KINDS, KindTable, Obj
+
+_DISCOVERY = Discovery(KindTable(), server_address="127.0.0.1:6443")
+_OPENAPI = OpenApi(_DISCOVERY)
+
+
+def api_versions(*, server_address: str) -> Obj:
+    return Discovery(_DISCOVERY.kinds, server_address=server_address).api_versions()
+
+
+def aggregated_discovery(*, core: bool, media_type: str) -> Obj:
+    return _DISCOVERY.aggregated(core=core, media_type=media_type)
+
+
+def served_group_versions() -> dict[str, tuple[str, ...]]:
+    return _DISCOVERY.served_group_versions()
+
+
+api_group = _DISCOVERY.api_group
+api_group_list = _DISCOVERY.api_group_list
+api_resource_list = _DISCOVERY.api_resource_list
+openapi_v2_protobuf = _OPENAPI.v2_protobuf
+openapi_v3_document = _OPENAPI.v3_document
+openapi_v3_index = _OPENAPI.v3_index
+
 
 KUBECTL_130_ACCEPT = (
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
@@ -79,9 +99,12 @@ def test_api_group_list() -> None:
 
 def test_groups_without_resources_are_not_advertised() -> None:
     # client-go fails legacy discovery on an empty APIResourceList ("received empty response").
-    assert "autoscaling" not in served_group_versions()
-    assert "autoscaling" not in {g["name"] for g in api_group_list()["groups"]}
+    # Only autoscaling/v2 has a kind (HorizontalPodAutoscaler); v1 and the retired groups are absent.
+    assert served_group_versions()["autoscaling"] == ("v2",)
+    assert {"groupVersion": "autoscaling/v1", "version": "v1"} not in next(
+        g["versions"] for g in api_group_list()["groups"] if g["name"] == "autoscaling")
     assert api_resource_list("autoscaling", "v1") is None
+    assert "extensions" not in {g["name"] for g in api_group_list()["groups"]}
     for group, versions in served_group_versions().items():
         for version in versions:
             doc = api_resource_list(group, version)

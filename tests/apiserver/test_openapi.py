@@ -6,14 +6,33 @@ import orjson
 import pytest
 import yaml
 
-from kubemesh.apiserver.discovery import served_group_versions
-from kubemesh.apiserver.openapi import (
-    OPENAPI_V2_CONTENT_TYPE,
-    openapi_v2_protobuf,
-    openapi_v3_document,
-    openapi_v3_index,
-)
-from kubemesh.services.model.kinds import KINDS, Obj
+from kubemesh.apiserver.discovery import Discovery
+from kubemesh.apiserver.openapi import OPENAPI_V2_CONTENT_TYPE, OpenApi
+from kubemesh.services.model.kinds import KINDS, KindTable, Obj
+
+_DISCOVERY = Discovery(KindTable(), server_address="127.0.0.1:6443")
+_OPENAPI = OpenApi(_DISCOVERY)
+
+
+def api_versions(*, server_address: str) -> Obj:
+    return Discovery(_DISCOVERY.kinds, server_address=server_address).api_versions()
+
+
+def aggregated_discovery(*, core: bool, media_type: str) -> Obj:
+    return _DISCOVERY.aggregated(core=core, media_type=media_type)
+
+
+def served_group_versions() -> dict[str, tuple[str, ...]]:
+    return _DISCOVERY.served_group_versions()
+
+
+api_group = _DISCOVERY.api_group
+api_group_list = _DISCOVERY.api_group_list
+api_resource_list = _DISCOVERY.api_resource_list
+openapi_v2_protobuf = _OPENAPI.v2_protobuf
+openapi_v3_document = _OPENAPI.v3_document
+openapi_v3_index = _OPENAPI.v3_index
+
 
 PATCHABLE = {(k.group, k.version, k.kind) for k in KINDS if "patch" in k.verbs}
 
@@ -47,7 +66,12 @@ def test_v3_document_paths() -> None:
     assert params["fieldValidation"]["in"] == "query"
     nodes = doc["paths"]["/api/v1/nodes/{name}"]["patch"]
     assert nodes["x-kubernetes-group-version-kind"]["kind"] == "Node"
-    assert not any("bindings" in p for p in doc["paths"])  # bindings cannot be patched
+    # bindings cannot be patched: only created, like the access reviews
+    assert not any("patch" in item for p, item in doc["paths"].items() if "bindings" in p)
+    reviews = openapi_v3_document("apis/authorization.k8s.io/v1")
+    assert reviews is not None
+    assert reviews["paths"]["/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"]["post"][
+        "x-kubernetes-group-version-kind"]["kind"] == "SelfSubjectAccessReview"
     apps = openapi_v3_document("/apis/apps/v1/")
     assert apps is not None
     assert "/apis/apps/v1/namespaces/{namespace}/deployments/{name}" in apps["paths"]
@@ -61,6 +85,8 @@ def test_v3_documents_cover_every_patchable_kind_once() -> None:
         doc = openapi_v3_document(key)
         assert doc is not None
         for path, item in doc["paths"].items():
+            if "patch" not in item:
+                continue
             gvk = item["patch"]["x-kubernetes-group-version-kind"]
             seen.append((gvk["group"], gvk["version"], gvk["kind"]))
             assert path.endswith("/{name}")

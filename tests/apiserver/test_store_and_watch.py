@@ -220,7 +220,7 @@ async def test_per_object_order_is_kept_and_frames_are_shared() -> None:
     w2 = watch(hub, str(reg.store.revision), encoding="msgpack")
     for i in range(20):
         reg.create(PODS, "default", pod(f"p{i}"), OPTS)
-    event = hub.windows[PODS][-1]
+    event = hub.windows[PODS.resource][-1]
     assert event.frame("ADDED", "msgpack") is event.frame("ADDED", "msgpack")
     chunks1 = [c async for c in _drain(w1)]
     chunks2 = [c async for c in _drain(w2)]

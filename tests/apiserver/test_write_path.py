@@ -22,13 +22,13 @@ import pytest
 
 from kubemesh.apiserver.core import assemble
 from kubemesh.apiserver.registry import DeleteOptions, Registry, WriteOptions, random_uuid
-from kubemesh.apiserver.serving import parse_target
+from kubemesh.apiserver.serving import Targets
 from kubemesh.apiserver.settings import ServerSettings
 from kubemesh.apiserver.storage import Store
 from kubemesh.apiserver.watching import WatchSettings
 from kubemesh.services.machinery.clock import ManualClock
 from kubemesh.services.model.codec import MSGPACK
-from kubemesh.services.model.kinds import DEPLOYMENTS, PODS
+from kubemesh.services.model.kinds import DEPLOYMENTS, PODS, KindTable
 
 if TYPE_CHECKING:
     from conftest import ApiServer
@@ -50,6 +50,7 @@ def test_random_uuid_is_the_text_of_a_version_4_uuid() -> None:
 
 
 def test_parse_target_memo_returns_equal_targets_and_still_raises() -> None:
+    parse_target = Targets(KindTable()).parse
     first = parse_target("", "v1", "namespaces/default/pods/p1/status")
     assert parse_target("", "v1", "namespaces/default/pods/p1/status") == first
     assert (first.kind, first.namespace, first.name, first.sub) == (PODS, "default", "p1", "status")
