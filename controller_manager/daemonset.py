@@ -23,6 +23,7 @@ from typing import Any
 
 import structlog
 
+from kubemesh.controller_manager.controllers import ControllerContext, ControllerSpec, InformerNeed, Started
 from kubemesh.controller_manager.expectations import Expectations
 from kubemesh.controller_manager.objects import (
     NO_EXECUTE,
@@ -32,6 +33,7 @@ from kubemesh.controller_manager.objects import (
     Store,
     controller_ref,
     creation_time,
+    index_by_namespace,
     is_active,
     is_ready,
     node_name_of,
@@ -41,8 +43,20 @@ from kubemesh.controller_manager.replicaset import pod_from_template, random_suf
 from kubemesh.services.machinery.client import NotFoundError
 from kubemesh.services.machinery.clock import Clock
 from kubemesh.services.machinery.eventing import ComponentRecorder
-from kubemesh.services.machinery.queueing import Result
-from kubemesh.services.model.kinds import DAEMONSETS, PODS, Obj, key_of, labels_of, meta, name_of, namespace_of, uid_of
+from kubemesh.services.machinery.informing import final_state
+from kubemesh.services.machinery.queueing import Result, run_workers
+from kubemesh.services.model.kinds import (
+    DAEMONSETS,
+    NODES,
+    PODS,
+    Obj,
+    key_of,
+    labels_of,
+    meta,
+    name_of,
+    namespace_of,
+    uid_of,
+)
 from kubemesh.services.model.podutil import taints_of, tolerates_all
 from kubemesh.services.model.wellknown import (
     TAINT_DISK_PRESSURE,
@@ -225,3 +239,30 @@ class DaemonSetController:
         body["status"] = st
         with contextlib.suppress(NotFoundError):
             await self.api.update(DAEMONSETS, body, subresource="status")
+
+
+def _node_changed(old: Obj, new: Obj) -> bool:
+    return bool(old.get("spec") != new.get("spec") or labels_of(old) != labels_of(new))
+
+
+def _start(ctx: ControllerContext) -> Started:
+    w = ctx.settings.workloads
+    c = DaemonSetController(api=ctx.api, daemonsets=ctx.informer(_DAEMONSETS), nodes=ctx.informer(_NODES),
+                            pods=ctx.informer(_PODS), clock=ctx.clock, rng=ctx.rng,
+                            recorder=ctx.recorder.for_component("daemonset-controller"),
+                            expectations_ttl=w.expectations_ttl)
+    q = ctx.queue("daemonset")
+    c.enqueue = q.add
+    ctx.on(DAEMONSETS, on_add=lambda o, _i: q.add(key_of(o)), on_update=lambda _old, new: q.add(key_of(new)),
+           on_delete=lambda o: q.add(key_of(final_state(o))))
+    ctx.on(PODS, on_add=c.on_pod_add, on_update=c.on_pod_update, on_delete=lambda o: c.on_pod_delete(final_state(o)))
+    ctx.on(NODES, on_add=lambda o, _i: c.on_node(o),
+           on_update=lambda old, new: c.on_node(new) if _node_changed(old, new) else None,
+           on_delete=lambda o: c.on_node(final_state(o)))
+    return Started(run=run_workers(q, c.reconcile, workers=w.daemonset_workers, name="daemonset"), controller=c)
+
+
+_DAEMONSETS = InformerNeed(kind=DAEMONSETS, indexers={"namespace": index_by_namespace})
+_NODES = InformerNeed(kind=NODES)
+_PODS = InformerNeed(kind=PODS, indexers={"namespace": index_by_namespace})
+CONTROLLER = ControllerSpec(name="daemonset", informers=(_DAEMONSETS, _NODES, _PODS), start=_start)

@@ -41,12 +41,14 @@ from typing import Any
 import orjson
 import structlog
 
+from kubemesh.controller_manager.controllers import ControllerContext, ControllerSpec, InformerNeed, Started
 from kubemesh.controller_manager.objects import (
     Api,
     IndexedStore,
     Store,
     controller_ref,
     creation_time,
+    index_by_namespace,
     int_or_percent,
     owner_refs,
     phase,
@@ -56,9 +58,11 @@ from kubemesh.controller_manager.replicaset import SUFFIX_ALPHABET, claim, selec
 from kubemesh.services.machinery.client import AlreadyExistsError, ConflictError, NotFoundError
 from kubemesh.services.machinery.clock import Clock, format_time
 from kubemesh.services.machinery.eventing import ComponentRecorder
-from kubemesh.services.machinery.queueing import Result
+from kubemesh.services.machinery.informing import final_state
+from kubemesh.services.machinery.queueing import Result, run_workers
 from kubemesh.services.model.kinds import (
     DEPLOYMENTS,
+    PODS,
     REPLICASETS,
     Obj,
     key_of,
@@ -618,3 +622,25 @@ class DeploymentController:
         except (NotFoundError, ConflictError):
             return False
         return True
+
+
+def _start(ctx: ControllerContext) -> Started:
+    c = DeploymentController(api=ctx.api, deployments=ctx.informer(_DEPLOYMENTS),
+                             replicasets=ctx.informer(_REPLICASETS), pods=ctx.informer(_PODS),
+                             clock=ctx.clock, rng=ctx.rng,
+                             recorder=ctx.recorder.for_component("deployment-controller"))
+    q = ctx.queue("deployment")
+    c.enqueue = q.add
+    ctx.on(DEPLOYMENTS, on_add=lambda o, _i: q.add(key_of(o)), on_update=lambda _old, new: q.add(key_of(new)),
+           on_delete=lambda o: q.add(key_of(final_state(o))))
+    ctx.on(REPLICASETS, on_add=lambda o, _i: c.on_rs(o), on_update=lambda _old, new: c.on_rs(new),
+           on_delete=lambda o: c.on_rs(final_state(o)))
+    ctx.on(PODS, on_update=lambda _old, new: c.on_pod(new), on_delete=lambda o: c.on_pod(final_state(o)))
+    return Started(run=run_workers(q, c.reconcile, workers=ctx.settings.workloads.deployment_workers,
+                                   name="deployment"), controller=c)
+
+
+_DEPLOYMENTS = InformerNeed(kind=DEPLOYMENTS, indexers={"namespace": index_by_namespace})
+_REPLICASETS = InformerNeed(kind=REPLICASETS, indexers={"namespace": index_by_namespace})
+_PODS = InformerNeed(kind=PODS, indexers={"namespace": index_by_namespace})
+CONTROLLER = ControllerSpec(name="deployment", informers=(_DEPLOYMENTS, _REPLICASETS, _PODS), start=_start)

@@ -20,17 +20,32 @@ removes an object once its finalizers are gone.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import structlog
 
-from kubemesh.controller_manager.objects import Api, IndexedStore, owner_refs
-from kubemesh.services.machinery.client import ConflictError, NotFoundError
-from kubemesh.services.machinery.queueing import Result
-from kubemesh.services.model.kinds import Kind, Obj, key_of, meta, name_of, namespace_of, uid_of
+from kubemesh.controller_manager.controllers import ControllerContext, ControllerSpec, InformerNeed, Started
+from kubemesh.controller_manager.objects import Api, IndexedStore, index_by_owner, index_by_uid, owner_refs
+from kubemesh.services.machinery.client import ApiError, ConflictError, NotFoundError
+from kubemesh.services.machinery.clock import wait_event
+from kubemesh.services.machinery.discovering import discover
+from kubemesh.services.machinery.informing import IndexFunc, final_state
+from kubemesh.services.machinery.queueing import Result, run_workers
+from kubemesh.services.model.kinds import (
+    CUSTOMRESOURCEDEFINITIONS,
+    KINDS,
+    Kind,
+    Obj,
+    key_of,
+    meta,
+    name_of,
+    namespace_of,
+    uid_of,
+)
 
 _log = structlog.get_logger("controller_manager.garbagecollector")
 
@@ -38,7 +53,7 @@ ORPHAN = "orphan"
 FOREGROUND = "foregroundDeletion"
 
 Key = tuple[str, str]
-"""(plural, cache key)."""
+"""(resource, cache key): `("pods", "default/web-1")`, `("widgets.example.com", "ns/w")`."""
 
 
 @dataclass(slots=True)
@@ -88,25 +103,51 @@ def decide_dependent(obj: Obj, owners: Owners, *, has_dependents: bool) -> Decis
     return Decision("delete", policy="Background")
 
 
+def _group_of(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
 class GarbageCollector:
-    """Garbage collection over the kinds whose informers this process runs."""
+    """Garbage collection over the kinds it monitors (`add_kind`): their caches are the graph."""
 
     def __init__(self, *, api: Api, stores: Mapping[Kind, IndexedStore]) -> None:
         self.api = api
-        self.stores = dict(stores)
-        self._by_type = {(k.api_version, k.kind): k for k in self.stores}
-        self._by_plural = {k.plural: k for k in self.stores}
+        self.stores: dict[Kind, IndexedStore] = {}
+        self._by_type: dict[tuple[str, str], Kind] = {}
+        self._by_resource: dict[str, Kind] = {}
+        for kind, store in stores.items():
+            self.add_kind(kind, store)
         self.enqueue: Callable[[Key], None] = lambda key: None
         self.deleted: list[str] = []
+
+    def add_kind(self, kind: Kind, store: IndexedStore) -> None:
+        """Monitor one more resource (its cache must index objects by `uid` and by `owner`).
+
+        Owner references name a kind by apiVersion and kind; any served version of a resource
+        names the same objects, so references are resolved by group and kind.
+        """
+        self.stores[kind] = store
+        self._by_type[(kind.group, kind.kind)] = kind
+        self._by_resource[kind.resource] = kind
+
+    def remove_kind(self, kind: Kind) -> None:
+        """Stop monitoring a resource that is no longer served."""
+        self.stores.pop(kind, None)
+        self._by_type.pop((kind.group, kind.kind), None)
+        self._by_resource.pop(kind.resource, None)
+
+    def monitors(self, kind: Kind) -> bool:
+        """Whether `kind`'s resource is monitored."""
+        return kind.resource in self._by_resource
 
     # -- handlers -----------------------------------------------------------------------------
 
     def on_change(self, kind: Kind, obj: Obj) -> None:
         """An object was added or updated."""
         if owner_refs(obj):
-            self.enqueue((kind.plural, key_of(obj)))
+            self.enqueue((kind.resource, key_of(obj)))
         if meta(obj).get("deletionTimestamp") and (ORPHAN in finalizers(obj) or FOREGROUND in finalizers(obj)):
-            self.enqueue((kind.plural, key_of(obj)))
+            self.enqueue((kind.resource, key_of(obj)))
             self._enqueue_dependents(obj)
 
     def on_delete(self, kind: Kind, obj: Obj) -> None:
@@ -115,7 +156,7 @@ class GarbageCollector:
 
     def _enqueue_dependents(self, owner: Obj) -> None:
         for kind, dep in self.dependents(owner):
-            self.enqueue((kind.plural, key_of(dep)))
+            self.enqueue((kind.resource, key_of(dep)))
 
     def dependents(self, owner: Obj) -> list[tuple[Kind, Obj]]:
         """Every cached object that references `owner`'s uid."""
@@ -128,7 +169,7 @@ class GarbageCollector:
         """Solid, dangling and waiting owners of `obj`, confirming absences with a GET."""
         out = Owners()
         for ref in owner_refs(obj):
-            kind = self._by_type.get((str(ref.get("apiVersion")), str(ref.get("kind"))))
+            kind = self._by_type.get((_group_of(str(ref.get("apiVersion"))), str(ref.get("kind"))))
             if kind is None:
                 out.solid.append(ref)  # unknown kind: never delete on a guess
                 continue
@@ -151,8 +192,10 @@ class GarbageCollector:
 
     async def reconcile(self, key: Key) -> Result | None:
         """Process one object as an owner being deleted and as a dependent."""
-        plural, obj_key = key
-        kind = self._by_plural[plural]
+        resource, obj_key = key
+        kind = self._by_resource.get(resource)
+        if kind is None:
+            return None  # no longer served
         obj = self.stores[kind].get(obj_key)
         if obj is None:
             return None
@@ -220,3 +263,95 @@ class GarbageCollector:
         patch = {"metadata": {"finalizers": rest or None, "resourceVersion": meta(obj).get("resourceVersion")}}
         with contextlib.suppress(NotFoundError):
             await self.api.patch(kind, name_of(obj), patch, namespace=namespace_of(obj) or None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Monitors: which resources the collector watches, kept in step with what the server serves.
+
+IGNORED_RESOURCES: Final = frozenset({"events", "events.events.k8s.io"})
+"""Never collected (upstream's default ignored resources): events are too many to watch."""
+
+GC_INDEXES: Final[Mapping[str, IndexFunc]] = {"uid": index_by_uid, "owner": index_by_owner}
+
+RESYNC_PERIOD: Final = 30.0
+"""Cluster seconds between two discoveries (upstream resyncs its monitors every 30 s); a
+change of any CustomResourceDefinition triggers one at once."""
+
+
+def monitorable(kind: Kind) -> bool:
+    """Whether the collector watches a resource: it can be listed, watched and deleted."""
+    return ({"list", "watch", "delete"} <= set(kind.verbs) and kind.resource not in IGNORED_RESOURCES
+            and kind.storage)
+
+
+class Monitors:
+    """Adds and removes the collector's resources as discovery finds them served or gone."""
+
+    def __init__(self, ctx: ControllerContext, gc: GarbageCollector) -> None:
+        self.ctx = ctx
+        self.gc = gc
+        self.changed = asyncio.Event()
+
+    def watch(self, kind: Kind) -> None:
+        """Monitor `kind` now (its informer is already synced, or the GC reads through to GETs)."""
+        store = self.ctx.informer(InformerNeed(kind=kind, indexers=GC_INDEXES))
+        self.gc.add_kind(kind, store)
+        self.ctx.on(kind, on_add=lambda o, _i: self.gc.on_change(kind, o),
+                    on_update=lambda _old, new: self.gc.on_change(kind, new),
+                    on_delete=lambda o: self.gc.on_delete(kind, final_state(o)))
+
+    async def run(self) -> None:
+        """Rediscover every `RESYNC_PERIOD` and whenever a CustomResourceDefinition changes."""
+        while True:
+            try:
+                served = [k for k in await discover(self.ctx.api) if monitorable(k)]
+            except ApiError as exc:
+                _log.warning("discovery failed; keeping the monitored resources", error=str(exc))
+            else:
+                await self._sync(served)
+            await wait_event(self.ctx.clock, self.changed, at_most=RESYNC_PERIOD)
+            self.changed.clear()
+
+    async def _sync(self, served: list[Kind]) -> None:
+        resources = {k.resource for k in served}
+        for kind in list(self.gc.stores):
+            if kind.resource not in resources and kind not in KINDS_SET:
+                self.gc.remove_kind(kind)
+                self.ctx.informers.stop(kind)
+                _log.info("garbage collector stopped monitoring", resource=kind.resource)
+        for kind in served:
+            if self.gc.monitors(kind):
+                continue
+            informer = self.ctx.informer(InformerNeed(kind=kind, indexers=GC_INDEXES))
+            # Dependents are read from the caches: wait for this one to list before a
+            # foreground deletion could conclude that nothing of this kind blocks it.
+            await informer.wait_for_sync()
+            self.watch(kind)
+            _log.info("garbage collector monitoring", resource=kind.resource)
+
+
+KINDS_SET: Final = frozenset(KINDS)
+
+
+def _start(ctx: ControllerContext) -> Started:
+    gc = GarbageCollector(api=ctx.api, stores={})
+    q = ctx.queue("garbage-collector")
+    gc.enqueue = q.add
+    monitors = Monitors(ctx, gc)
+    for need in _BUILTIN:
+        monitors.watch(need.kind)
+    ctx.on(CUSTOMRESOURCEDEFINITIONS, on_add=lambda _o, initial: None if initial else monitors.changed.set(),
+           on_update=lambda _old, _new: monitors.changed.set(), on_delete=lambda _o: monitors.changed.set())
+
+    async def run() -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(run_workers(q, gc.reconcile, workers=ctx.settings.workloads.gc_workers,
+                                       name="garbage-collector"), name="garbage-collector:workers")
+            tg.create_task(monitors.run(), name="garbage-collector:monitors")
+
+    return Started(run=run(), controller=gc)
+
+
+_BUILTIN: Final = tuple(InformerNeed(kind=k, indexers=GC_INDEXES) for k in KINDS if monitorable(k))
+CONTROLLER = ControllerSpec(name="garbage-collector",
+                            informers=(*_BUILTIN, InformerNeed(kind=CUSTOMRESOURCEDEFINITIONS)), start=_start)

@@ -48,6 +48,7 @@ from typing import Any
 
 import structlog
 
+from kubemesh.controller_manager.controllers import ControllerContext, ControllerSpec, InformerNeed, Started
 from kubemesh.controller_manager.objects import (
     NO_EXECUTE,
     NO_SCHEDULE,
@@ -57,6 +58,7 @@ from kubemesh.controller_manager.objects import (
     condition,
     controller_ref,
     creation_time,
+    index_by_node,
     is_terminating,
     node_name_of,
     now_str,
@@ -67,7 +69,7 @@ from kubemesh.controller_manager.zones import Disruption, TimedValue, excluded_f
 from kubemesh.services.machinery.client import ConflictError, NotFoundError
 from kubemesh.services.machinery.clock import Clock
 from kubemesh.services.machinery.eventing import ComponentRecorder
-from kubemesh.services.model.kinds import NODES, PODS, Obj, name_of, namespace_of, rv_of, uid_of
+from kubemesh.services.model.kinds import LEASES, NODES, PODS, Obj, name_of, namespace_of, rv_of, uid_of
 from kubemesh.services.model.podutil import taints_of
 from kubemesh.services.model.wellknown import (
     TAINT_DISK_PRESSURE,
@@ -669,3 +671,18 @@ def _swap(taints: list[dict[str, Any]], *, add: str | None, drop: set[str], now:
     return None if _same(new, taints) else new
 
 
+def _start(ctx: ControllerContext) -> Started:
+    c = NodeLifecycleController(
+        api=ctx.api, nodes=ctx.informer(_NODES), pods=ctx.informer(_PODS), leases=ctx.informer(_LEASES),
+        clock=ctx.clock, settings=ctx.settings.node_lifecycle, recorder=ctx.recorder.for_component("node-controller"),
+        legacy="legacy-pod-eviction" in ctx.bugs, points=ctx.points)
+    return Started(run=c.run(), controller=c, snapshot=c.snapshot)
+
+
+_NODES = InformerNeed(kind=NODES)
+_PODS = InformerNeed(kind=PODS, indexers={"node": index_by_node})
+# All namespaces, not only kube-node-lease: the garbage collector watches every lease, and one
+# shared cache is cheaper than two watches of the busiest resource at scale.
+_LEASES = InformerNeed(kind=LEASES)
+CONTROLLER = ControllerSpec(name="node-lifecycle", informers=(_NODES, _PODS, _LEASES), start=_start,
+                            debug_key="nodeLifecycle")

@@ -25,6 +25,7 @@ from typing import Any
 
 import structlog
 
+from kubemesh.controller_manager.controllers import ControllerContext, ControllerSpec, InformerNeed, Started
 from kubemesh.controller_manager.objects import (
     Api,
     Store,
@@ -172,3 +173,14 @@ class PodGC:
         """Quarantined nodes and counters, for the debug endpoint."""
         return {"quarantine": dict(sorted(self.missing_since.items())), "forceDeleted": len(self.force_deleted),
                 "forceDeleteErrors": self.force_delete_errors, "outOfServiceGC": self.out_of_service_gc}
+
+
+def _start(ctx: ControllerContext) -> Started:
+    c = PodGC(api=ctx.api, pods=ctx.informer(_PODS), nodes=ctx.informer(_NODES), clock=ctx.clock,
+              settings=ctx.settings.podgc, out_of_service_gc="no-out-of-service-gc" not in ctx.bugs)
+    return Started(run=c.run(), controller=c, snapshot=c.snapshot)
+
+
+_PODS = InformerNeed(kind=PODS)
+_NODES = InformerNeed(kind=NODES)
+CONTROLLER = ControllerSpec(name="podgc", informers=(_PODS, _NODES), start=_start, debug_key="podGC")

@@ -29,6 +29,7 @@ from typing import Any
 
 import structlog
 
+from kubemesh.controller_manager.controllers import ControllerContext, ControllerSpec, InformerNeed, Started
 from kubemesh.controller_manager.expectations import Expectations
 from kubemesh.controller_manager.objects import (
     Api,
@@ -37,6 +38,7 @@ from kubemesh.controller_manager.objects import (
     condition,
     controller_ref,
     creation_time,
+    index_by_namespace,
     is_active,
     is_available,
     is_ready,
@@ -48,7 +50,8 @@ from kubemesh.controller_manager.objects import (
 from kubemesh.services.machinery.client import AlreadyExistsError, ConflictError, NotFoundError
 from kubemesh.services.machinery.clock import Clock
 from kubemesh.services.machinery.eventing import ComponentRecorder
-from kubemesh.services.machinery.queueing import Result
+from kubemesh.services.machinery.informing import final_state
+from kubemesh.services.machinery.queueing import Result, run_workers
 from kubemesh.services.model.kinds import PODS, REPLICASETS, Obj, key_of, labels_of, meta, name_of, namespace_of, uid_of
 from kubemesh.services.model.selectors import LabelSelector, label_selector_from_dict
 from kubemesh.services.process.chaospoints import ChaosPoints
@@ -339,3 +342,19 @@ class ReplicaSetController:
             pass
 
 
+def _start(ctx: ControllerContext) -> Started:
+    w = ctx.settings.workloads
+    c = ReplicaSetController(api=ctx.api, replicasets=ctx.informer(_REPLICASETS), pods=ctx.informer(_PODS),
+                             clock=ctx.clock, rng=ctx.rng, recorder=ctx.recorder.for_component("replicaset-controller"),
+                             burst_replicas=w.burst_replicas, expectations_ttl=w.expectations_ttl, points=ctx.points)
+    q = ctx.queue("replicaset")
+    c.enqueue = q.add
+    ctx.on(REPLICASETS, on_add=lambda o, _i: q.add(key_of(o)), on_update=lambda _old, new: q.add(key_of(new)),
+           on_delete=lambda o: q.add(key_of(final_state(o))))
+    ctx.on(PODS, on_add=c.on_pod_add, on_update=c.on_pod_update, on_delete=lambda o: c.on_pod_delete(final_state(o)))
+    return Started(run=run_workers(q, c.reconcile, workers=w.replicaset_workers, name="replicaset"), controller=c)
+
+
+_REPLICASETS = InformerNeed(kind=REPLICASETS, indexers={"namespace": index_by_namespace})
+_PODS = InformerNeed(kind=PODS, indexers={"namespace": index_by_namespace})
+CONTROLLER = ControllerSpec(name="replicaset", informers=(_REPLICASETS, _PODS), start=_start)

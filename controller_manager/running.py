@@ -14,9 +14,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+from collections.abc import Coroutine
+from typing import Any
 
 from kubemesh.controller_manager import debugging
 from kubemesh.controller_manager.app import ControllerManager
+from kubemesh.controller_manager.catalogue import ALL_CONTROLLERS
 from kubemesh.controller_manager.settings import add_arguments, from_namespace, profile_bugs
 from kubemesh.services.machinery.client import ApiClient
 from kubemesh.services.machinery.clock import Clock
@@ -28,13 +31,17 @@ __all__ = ["add_arguments", "build", "run"]
 
 
 def build(*, client: ApiClient, clock: Clock, rng: random.Random, bugs: frozenset[str],
-          args: argparse.Namespace | None, instance: str, points: ChaosPoints | None = None) -> ControllerManager:
-    """The controller-manager for parsed flags (defaults when `args` is None)."""
-    settings = from_namespace(args if args is not None else _defaults())
+          args: argparse.Namespace | None, instance: str, points: ChaosPoints | None = None,
+          registry: dict[str, Any] | None = None) -> ControllerManager:
+    """The controller-manager for parsed flags (defaults when `args` is None).
+
+    `registry` receives its informers by name (the component's chaos-visible informers).
+    """
+    settings = from_namespace(args if args is not None else _defaults(), known=ALL_CONTROLLERS)
     all_bugs = frozenset(bugs) | profile_bugs(settings.profile)
     cm = ControllerManager(client=client, clock=clock, rng=rng, settings=settings, bugs=all_bugs, instance=instance,
                            points=points or ChaosPoints())
-    cm.build()
+    cm.build(registry=registry)
     return cm
 
 
@@ -47,19 +54,25 @@ def _defaults() -> argparse.Namespace:
 async def run(ctx: ComponentContext, args: argparse.Namespace) -> None:
     """The controller-manager's `run(ctx, args)` for `kubemesh.services.process.component.main`."""
     cm = build(client=ctx.client, clock=ctx.clock, rng=ctx.rng, bugs=ctx.bugs, args=args, instance=ctx.instance,
-               points=ctx.points)
+               points=ctx.points, registry=ctx.informers)  # chaos can freeze one (a stale cache)
     ctx.admin.add_routes(debugging.routes(cm.debug))
     ctx.admin.add_check("informers-synced", cm.synced, endpoints=("readyz",))
-    ctx.informers.update(cm.informers)  # chaos can freeze one (a stale cache)
     # A --profile turns switches on too: publish every switch this process runs with.
     ctx.publish(bugs=sorted(cm.bugs))
-    assert cm.recorder is not None
-    handles: list[TaskHandle[None]] = [ctx.spawn(inf.run(), name=f"informer:{name}")
-                                       for name, inf in cm.informers.items()]
+    assert cm.recorder is not None and cm.informers is not None
+    informer_tasks: list[TaskHandle[None]] = []
+
+    def spawn_informer(coro: Coroutine[Any, Any, None], name: str) -> TaskHandle[None]:
+        handle = ctx.spawn(coro, name=name)
+        informer_tasks.append(handle)
+        return handle
+
+    cm.informers.start(spawn_informer)
+    handles: list[TaskHandle[None]] = []
     handles.append(ctx.spawn(cm.recorder.run(), name="controller-manager:events"))
     handles.append(ctx.spawn(cm.lead(), name="controller-manager:leader-election" if cm.settings.leader_elect
                              else "controller-manager:controllers"))
-    ctx.log.info("controller-manager started", controllers=list(cm.settings.controllers), bugs=sorted(cm.bugs),
+    ctx.log.info("controller-manager started", controllers=[s.name for s in cm.specs], bugs=sorted(cm.bugs),
                  profile=cm.settings.profile, leader_elect=cm.settings.leader_elect)
     try:
         await ctx.stop.wait()
@@ -67,3 +80,7 @@ async def run(ctx: ComponentContext, args: argparse.Namespace) -> None:
         for h in reversed(handles):  # controllers first, informers last
             h.cancel()
         await asyncio.wait([h.task for h in handles])
+        for h in informer_tasks:
+            h.cancel()
+        if informer_tasks:
+            await asyncio.wait([h.task for h in informer_tasks])

@@ -18,10 +18,6 @@ from typing import Final, Literal
 Profile = Literal["1.7", "1.13", "1.15", "1.28", "current"]
 PROFILES: Final[tuple[Profile, ...]] = ("1.7", "1.13", "1.15", "1.28", "current")
 
-ALL_CONTROLLERS: Final[tuple[str, ...]] = (
-    "node-lifecycle", "taint-eviction", "replicaset", "deployment", "garbage-collector", "podgc",
-    "daemonset",
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,7 +75,8 @@ class ControllerManagerSettings:
     """Everything the controller-manager process is configured with."""
 
     profile: Profile = "current"
-    controllers: tuple[str, ...] = ALL_CONTROLLERS
+    controllers: tuple[str, ...] | None = None
+    """The controllers to run by name; None runs every one (`kubemesh.controller_manager.catalogue`)."""
     leader_elect: bool = False
     node_lifecycle: NodeLifecycleSettings = field(default_factory=NodeLifecycleSettings)
     podgc: PodGCSettings = field(default_factory=PodGCSettings)
@@ -87,7 +84,7 @@ class ControllerManagerSettings:
 
     def enabled(self, controller: str) -> bool:
         """Whether `controller` runs in this process."""
-        return controller in self.controllers
+        return self.controllers is None or controller in self.controllers
 
 
 def profile_bugs(profile: Profile) -> frozenset[str]:
@@ -124,8 +121,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the controller-manager's own flags (defaults None: the profile decides)."""
     parser.add_argument("--profile", choices=PROFILES, default="current",
                         help="Kubernetes release whose defaults and behaviour to emulate")
-    parser.add_argument("--controllers", default=",".join(ALL_CONTROLLERS),
-                        help="comma-separated controllers to run ('*' for all)")
+    parser.add_argument("--controllers", default="*",
+                        help="comma-separated controllers to run: '*' for all, '-name' to leave one out")
     parser.add_argument("--leader-elect", action="store_true", help="run only while holding the lease")
     for flag in ("node-monitor-period", "node-monitor-grace-period", "node-startup-grace-period",
                  "pod-eviction-timeout"):
@@ -136,8 +133,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--terminated-pod-gc-threshold", type=int, default=None)
 
 
-def from_namespace(ns: argparse.Namespace) -> ControllerManagerSettings:
-    """Settings from parsed flags: the profile's defaults, then every explicit flag."""
+def from_namespace(ns: argparse.Namespace, *, known: Sequence[str]) -> ControllerManagerSettings:
+    """Settings from parsed flags: the profile's defaults, then every explicit flag.
+
+    `known` is every controller's name, to check `--controllers` against.
+    """
     base = settings_for_profile(ns.profile)
     nl_overrides = {
         name: getattr(ns, name)
@@ -151,30 +151,30 @@ def from_namespace(ns: argparse.Namespace) -> ControllerManagerSettings:
         podgc = dataclasses.replace(podgc, terminated_pod_gc_threshold=ns.terminated_pod_gc_threshold)
     return dataclasses.replace(
         base,
-        controllers=parse_controllers(ns.controllers),
+        controllers=parse_controllers(ns.controllers, known=known),
         leader_elect=bool(ns.leader_elect),
         node_lifecycle=dataclasses.replace(base.node_lifecycle, **nl_overrides),
         podgc=podgc,
     )
 
 
-def parse_controllers(value: str | Sequence[str]) -> tuple[str, ...]:
+def parse_controllers(value: str | Sequence[str], *, known: Sequence[str]) -> tuple[str, ...]:
     """Parse `--controllers`: names, `*` for all, `-name` to disable one (as upstream)."""
     names = [n.strip() for n in value.split(",")] if isinstance(value, str) else list(value)
     names = [n for n in names if n]
     chosen: list[str] = []
     if not names or "*" in names:
-        chosen = list(ALL_CONTROLLERS)
+        chosen = list(known)
     for n in names:
         if n == "*" or n.startswith("-"):
             continue
-        if n not in ALL_CONTROLLERS:
-            raise ValueError(f"unknown controller {n!r}; known: {', '.join(ALL_CONTROLLERS)}")
+        if n not in known:
+            raise ValueError(f"unknown controller {n!r}; known: {', '.join(known)}")
         if n not in chosen:
             chosen.append(n)
     for n in names:
         if n.startswith("-"):
-            if n[1:] not in ALL_CONTROLLERS:
+            if n[1:] not in known:
                 raise ValueError(f"unknown controller {n[1:]!r}")
             chosen = [c for c in chosen if c != n[1:]]
     return tuple(chosen)

@@ -26,11 +26,13 @@ from typing import Any, Literal
 
 import structlog
 
+from kubemesh.controller_manager.controllers import ControllerContext, ControllerSpec, InformerNeed, Started
 from kubemesh.controller_manager.objects import (
     NO_EXECUTE,
     Api,
     IndexedStore,
     Store,
+    index_by_node,
     is_terminating,
     node_name_of,
     now_str,
@@ -38,8 +40,9 @@ from kubemesh.controller_manager.objects import (
 from kubemesh.services.machinery.client import NotFoundError
 from kubemesh.services.machinery.clock import Clock
 from kubemesh.services.machinery.eventing import ComponentRecorder
-from kubemesh.services.machinery.queueing import Result
-from kubemesh.services.model.kinds import PODS, Obj, key_of, name_of, namespace_of
+from kubemesh.services.machinery.informing import final_state
+from kubemesh.services.machinery.queueing import Result, run_workers
+from kubemesh.services.model.kinds import NODES, PODS, Obj, key_of, name_of, namespace_of
 from kubemesh.services.model.podutil import taints_of, toleration_matches, tolerations_of
 
 _log = structlog.get_logger("controller_manager.tainteviction")
@@ -181,3 +184,26 @@ class TaintEvictionController:
         """Pending deletions, for the debug endpoint."""
         return {"pending": {k: {"since": c, "fireAt": f} for k, (c, f) in sorted(self.timers.items())},
                 "deleted": len(self.deleted)}
+
+
+def _taints_changed(old: Obj, new: Obj) -> bool:
+    return bool((old.get("spec") or {}).get("taints") != (new.get("spec") or {}).get("taints"))
+
+
+def _start(ctx: ControllerContext) -> Started:
+    c = TaintEvictionController(api=ctx.api, nodes=ctx.informer(_NODES), pods=ctx.informer(_PODS), clock=ctx.clock,
+                                recorder=ctx.recorder.for_component("taint-eviction-controller"))
+    q = ctx.queue("taint-eviction")
+    ctx.on(NODES, on_add=lambda o, _i: q.add(("node", key_of(o))),
+           on_update=lambda old, new: q.add(("node", key_of(new))) if _taints_changed(old, new) else None)
+    ctx.on(PODS, on_add=lambda o, _i: q.add(("pod", key_of(o))),
+           on_update=lambda _old, new: q.add(("pod", key_of(new))),
+           on_delete=lambda o: q.add(("pod", key_of(final_state(o)))))
+    return Started(run=run_workers(q, c.reconcile, workers=8, name="taint-eviction"), controller=c,
+                   snapshot=c.snapshot)
+
+
+_NODES = InformerNeed(kind=NODES)
+_PODS = InformerNeed(kind=PODS, indexers={"node": index_by_node})
+CONTROLLER = ControllerSpec(name="taint-eviction", informers=(_NODES, _PODS), start=_start,
+                            debug_key="taintEviction")

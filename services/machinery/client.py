@@ -392,7 +392,8 @@ class ApiClient:
 
     async def request(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
                       body: Any = None, content_type: str | None = None,
-                      attempt_timeout: float | None = None, idempotent: bool | None = None) -> Any:
+                      attempt_timeout: float | None = None, idempotent: bool | None = None,
+                      accept: str | None = None) -> Any:
         """Send one request (with retries) and return the decoded response body.
 
         Args:
@@ -405,6 +406,7 @@ class ApiClient:
             attempt_timeout: Wall seconds for each attempt; the client's `timeout` when None.
             idempotent: Whether retrying after an ambiguous failure is safe; by default only
                 GET, HEAD and OPTIONS are.
+            accept: An `Accept` header instead of the client's encoding (e.g. aggregated discovery).
 
         Returns:
             The decoded body, or None when it was empty.
@@ -424,6 +426,8 @@ class ApiClient:
             enc = codec.encoding_of(content_type) if content_type else self.encoding
             data = codec.encode(body, enc or "json")
         headers: dict[str, str] = {}
+        if accept is not None:
+            headers["Accept"] = accept
         if data is not None:
             headers["Content-Type"] = content_type or codec.content_type(self.encoding)
         if idempotent is None:

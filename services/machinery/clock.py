@@ -51,6 +51,20 @@ class Clock(Protocol):
         ...
 
 
+async def wait_event(clock: Clock, event: asyncio.Event, *, at_most: float) -> bool:
+    """Wait until `event` is set or `at_most` cluster seconds pass; whether it was set."""
+    if event.is_set():
+        return True
+    waiter = asyncio.ensure_future(event.wait())
+    timer = asyncio.ensure_future(clock.sleep(at_most))
+    try:
+        await asyncio.wait({waiter, timer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        timer.cancel()
+    return event.is_set()
+
+
 class ClusterClock:
     """Cluster time derived from the apiserver's rate and epoch, plus this process's skew."""
 

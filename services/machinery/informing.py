@@ -106,6 +106,11 @@ class DeletedFinalStateUnknown:
     obj: Obj
 
 
+def final_state(obj: Obj | DeletedFinalStateUnknown) -> Obj:
+    """The object a delete notification carries (the last known state when the delete was missed)."""
+    return obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InformerSettings:
     """Tuning of the reflector behind an informer."""
@@ -146,6 +151,18 @@ class Store:
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def add_indexers(self, indexers: Mapping[str, IndexFunc]) -> None:
+        """Add indexes (an index already present under a name is kept) and file every object in them."""
+        new = {n: f for n, f in indexers.items() if n not in self._indexers}
+        if not new:
+            return
+        self._indexers.update(new)
+        for n in new:
+            self._indices[n] = {}
+            self._filed[n] = {}
+        for key, obj in self._items.items():
+            self._reindex(key, obj, only=new)
 
     def __contains__(self, key: object) -> bool:
         return key in self._items
@@ -197,8 +214,8 @@ class Store:
         """Every object, in no particular order."""
         return builtins.list(self._items.values())
 
-    def _reindex(self, key: str, obj: Obj | None) -> None:
-        for name, func in self._indexers.items():
+    def _reindex(self, key: str, obj: Obj | None, *, only: Mapping[str, IndexFunc] | None = None) -> None:
+        for name, func in (only if only is not None else self._indexers).items():
             filed = self._filed[name]
             index = self._indices[name]
             for value in filed.pop(key, ()):

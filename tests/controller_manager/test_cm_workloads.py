@@ -465,7 +465,7 @@ async def test_gc_background_foreground_orphan() -> None:
     api.add(PODS, pod("p1", owner_uid=r["metadata"]["uid"]))
     # orphan: the ref goes, the pod stays, the finalizer is removed and the RS disappears
     await api.delete(REPLICASETS, "rs", namespace="default", propagation_policy="Orphan")
-    await gc.reconcile(("replicasets", "default/rs"))
+    await gc.reconcile(("replicasets.apps", "default/rs"))
     assert "ownerReferences" not in api.objects["pods"]["default/p1"]["metadata"]
     assert "default/rs" not in api.objects.get("replicasets", {})
     # background: owner gone → dependent deleted (after the GET confirms)
@@ -481,10 +481,10 @@ async def test_gc_background_foreground_orphan() -> None:
     api.add(PODS, p3)
     await api.delete(REPLICASETS, "rs3", namespace="default", propagation_policy="Foreground")
     assert "default/rs3" in api.objects["replicasets"]
-    res = await gc.reconcile(("replicasets", "default/rs3"))
+    res = await gc.reconcile(("replicasets.apps", "default/rs3"))
     assert "default/p3" not in api.objects["pods"]
     assert res is not None  # look again: the dependent was still cached when we checked
-    await gc.reconcile(("replicasets", "default/rs3"))
+    await gc.reconcile(("replicasets.apps", "default/rs3"))
     assert "default/rs3" not in api.objects["replicasets"]
 
 
