@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from kubemesh.apiserver.server import ServerSettings, serve
+from kubemesh.apiserver.serviceips import DEFAULT_NODE_PORT_RANGE, DEFAULT_SERVICE_CIDR, IPRange, PortRange
 from kubemesh.apiserver.watching import WatchSettings
 
 
@@ -28,6 +30,15 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
     p.add_argument("--seed", type=int, default=None, help="seed for uids and generated names")
     p.add_argument("--watch-queue", type=int, default=WatchSettings().max_queue,
                    help="events a watcher may have waiting before it is cut off as too slow (default 10000)")
+    p.add_argument("--watch-window", type=int, default=WatchSettings().window,
+                   help="events kept per resource for watches, stale reads and list pages at an older "
+                        "revision (default 10000)")
+    p.add_argument("--service-cluster-ip-range", default=DEFAULT_SERVICE_CIDR,
+                   help=f"CIDR of Services' cluster IPs (default {DEFAULT_SERVICE_CIDR})")
+    p.add_argument("--service-node-port-range", default=DEFAULT_NODE_PORT_RANGE,
+                   help=f"port range of NodePort Services (default {DEFAULT_NODE_PORT_RANGE})")
+    p.add_argument("--advertise-address", default=None,
+                   help="IP address of this apiserver in the `kubernetes` endpoints (default: --host, or 127.0.0.1)")
     p.add_argument("--log-level", default="info")
     a = p.parse_args(argv)
     token = os.environ.get("KUBEMESH_TOKEN") or None
@@ -37,9 +48,29 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
         p.error("--tls-cert-file and --tls-private-key-file go together")
     if a.watch_queue < 1:
         p.error("--watch-queue must be at least 1")
+    try:
+        IPRange.parse(a.service_cluster_ip_range)
+        PortRange.parse(a.service_node_port_range)
+    except ValueError as exc:
+        p.error(f"--service-cluster-ip-range / --service-node-port-range: {exc}")
+    if a.watch_window < 1:
+        p.error(f"--watch-window must be at least 1: {a.watch_window}")
+    if a.advertise_address is not None and not _is_ip(a.advertise_address):
+        p.error(f"--advertise-address must be an IP address: {a.advertise_address!r}")
     return ServerSettings(host=a.host, port=a.port, data_dir=a.data_dir, fsync=a.fsync, token=token,
                           clock_rate=a.clock_rate, seed=a.seed, tls_cert=a.tls_cert_file,
-                          tls_key=a.tls_private_key_file, watch=WatchSettings(max_queue=a.watch_queue))
+                          tls_key=a.tls_private_key_file,
+                          watch=WatchSettings(max_queue=a.watch_queue, window=a.watch_window),
+                          service_cluster_ip_range=a.service_cluster_ip_range,
+                          service_node_port_range=a.service_node_port_range, advertise_address=a.advertise_address)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -181,8 +181,41 @@ def admit_create(kind: Kind, obj: Obj, *, priority: PriorityLookup, priority_cla
         default_workload(kind, spec)
         obj["status"] = {}
     elif kind is NAMESPACES:
+        # As upstream's namespace strategy: every new namespace carries the `kubernetes` finalizer
+        # (kubectl 1.27-1.31 send `spec: {}`), so that its content is deleted before it goes.
         obj["status"] = {"phase": "Active"}
-        obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+        ns_spec = obj.get("spec")
+        if not isinstance(ns_spec, dict):
+            ns_spec = obj["spec"] = {}
+        finalizers = ns_spec.get("finalizers") or []
+        if "kubernetes" not in finalizers:
+            ns_spec["finalizers"] = [*finalizers, "kubernetes"]
+
+
+def finish_create(kind: Kind, obj: Obj) -> None:
+    """Defaults that need the new object's uid: a Job's generated selector.
+
+    Unless `spec.manualSelector` is true, a Job selects its pods by its own uid (the label
+    `batch.kubernetes.io/controller-uid`, set on the template together with the job's name,
+    in the current and the legacy unprefixed form), so two Jobs of one name never share pods.
+    """
+    if kind is not JOBS:
+        return
+    spec = obj.get("spec")
+    if not isinstance(spec, dict) or spec.get("manualSelector") is True:
+        return
+    md = obj["metadata"]
+    uid, name = md["uid"], md["name"]
+    spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    template = spec.setdefault("template", {})
+    if isinstance(template, dict):
+        tmd = template.setdefault("metadata", {})
+        if isinstance(tmd, dict):
+            labels = tmd.get("labels")
+            labels = dict(labels) if isinstance(labels, dict) else {}
+            labels.update({"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name,
+                           "controller-uid": uid, "job-name": name})
+            tmd["labels"] = labels
 
 
 def default_workload(kind: Kind, spec: dict[str, Any]) -> None:

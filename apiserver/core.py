@@ -33,9 +33,11 @@ from prometheus_client import CollectorRegistry, Gauge
 from kubemesh.apiserver import tables
 from kubemesh.apiserver.components import ComponentRegistry
 from kubemesh.apiserver.discovery import Discovery
+from kubemesh.apiserver.establishing import Establishing
 from kubemesh.apiserver.history import WRITER, History, Seen
 from kubemesh.apiserver.openapi import OpenApi
 from kubemesh.apiserver.registry import Registry
+from kubemesh.apiserver.serviceips import ServiceIPs
 from kubemesh.apiserver.serving import Targets
 from kubemesh.apiserver.settings import ServerSettings
 from kubemesh.apiserver.storage import Backend, EventType, LogBackend, MemoryBackend, Store
@@ -140,6 +142,11 @@ def assemble(settings: ServerSettings) -> ApiserverCore:
     # The registry creates the initial namespaces: after the publishers, so that they are watched.
     rng = random.Random(settings.seed) if settings.seed is not None else random.Random()
     registry = Registry(store=store, clock=clock, rng=rng, kinds=kinds)
+    # CRDs are served from the write path; stored ones are served again before any request.
+    establishing = Establishing(registry=registry, kinds=kinds, hub=hub)
+    registry.hooks.append(establishing)
+    establishing.restore()
+    ServiceIPs.install(registry=registry, settings=settings)  # cluster IPs, node ports, default/kubernetes
     return ApiserverCore(settings=settings, clock=clock, kinds=kinds, targets=Targets(kinds), discovery=discovery,
                          openapi=OpenApi(discovery), store=store, hub=hub, history=history, registry=registry,
                          components=ComponentRegistry(clock=clock), metrics=Metrics.create())

@@ -16,8 +16,9 @@ class StatusError(Exception):
     """A request that ends in a metav1.Status failure."""
 
     def __init__(self, code: int, reason: str, message: str, *, details: Obj | None = None,
-                 retry_after: int | None = None) -> None:
+                 retry_after: int | None = None, metadata: Obj | None = None) -> None:
         super().__init__(message)
+        self.metadata = metadata
         self.code = code
         self.reason = reason
         self.message = message
@@ -27,7 +28,7 @@ class StatusError(Exception):
     def status(self) -> Obj:
         """The Status object for the response body."""
         body: dict[str, Any] = {
-            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "kind": "Status", "apiVersion": "v1", "metadata": dict(self.metadata or {}), "status": "Failure",
             "message": self.message, "reason": self.reason, "code": self.code,
         }
         details = dict(self.details) if self.details else None
@@ -82,12 +83,19 @@ def conflict(kind: Kind, name: str, why: str | None = None) -> StatusError:
 
 
 def invalid(kind: Kind, name: str, causes: list[Obj]) -> StatusError:
-    """422 Invalid with field causes."""
-    text = ", ".join(f"{c.get('field', '')}: {c.get('message', '')}" for c in causes)
+    """422 Invalid with field causes.
+
+    Worded as kube-apiserver: the qualified kind (`Deployment.apps`, `Widget.example.com`),
+    and the causes in brackets when there are several.
+    """
+    parts = [f"{c.get('field', '')}: {c.get('message', '')}" if c.get("field") else str(c.get("message", ""))
+             for c in causes]
+    text = parts[0] if len(parts) == 1 else f"[{', '.join(parts)}]"
     details = _details(kind, name)
     details["kind"] = kind.kind
     details["causes"] = causes
-    return StatusError(422, "Invalid", f'{kind.kind} "{name}" is invalid: {text}', details=details)
+    qualified = f"{kind.kind}.{kind.group}" if kind.group else kind.kind
+    return StatusError(422, "Invalid", f'{qualified} "{name}" is invalid: {text}', details=details)
 
 
 def bad_request(message: str) -> StatusError:
@@ -98,6 +106,19 @@ def bad_request(message: str) -> StatusError:
 def gone(message: str) -> StatusError:
     """410 Expired: a resourceVersion or continue token older than the server keeps."""
     return StatusError(410, "Expired", message)
+
+
+def expired_continue(message: str, *, continue_token: str) -> StatusError:
+    """410 Expired for a continue token whose revision is gone, with the token that goes on inconsistently."""
+    return StatusError(410, "Expired", message, metadata={"continue": continue_token})
+
+
+def too_large_resource_version(requested: int, current: int) -> StatusError:
+    """504 Timeout: a list asked to be read at a revision the store has not reached (clients retry)."""
+    return StatusError(504, "Timeout", f"Too large resource version: {requested}, current: {current}",
+                       details={"causes": [{"reason": "ResourceVersionTooLarge",
+                                            "message": "Too large resource version"}]},
+                       retry_after=1)
 
 
 def method_not_allowed(message: str = "the server does not allow this method on the requested resource") -> StatusError:

@@ -6,7 +6,8 @@
   move, copy, test; JSON pointers with `~0`/`~1` escapes; `-` appends to an array.
 * `apply_strategic_merge_patch`: strategic merge patch (`application/strategic-merge-patch+json`),
   as kubectl (cordon, taint, drain, client-side apply) and the Python clients (any dict body) send it.
-* `apply_server_side_apply`: a stand-in for server-side apply (`application/apply-patch+yaml`).
+* `apply_server_side_apply`: the merge of server-side apply (`application/apply-patch+yaml`); field
+  ownership, conflicts and the removal of fields a manager stops applying are `fieldmanager`'s.
 
 Guarantees shared by all four:
 
@@ -53,6 +54,7 @@ __all__ = [
     "apply_server_side_apply",
     "apply_strategic_merge_patch",
     "field_rule",
+    "rules_for",
 ]
 
 
@@ -615,28 +617,68 @@ def _interleave(merged: list[Any], *, ident: Any, wanted: list[Any], server: lis
     return out
 
 
-def _rules(kind: Kind) -> Mapping[tuple[str, ...], FieldRule]:
+def rules_for(kind: Kind) -> Mapping[tuple[str, ...], FieldRule]:
+    """The merge rules of objects of `kind`: the built-in table, or a custom resource's from its schema."""
+    schema = getattr(kind.custom, "openapi_schema", None)
+    if isinstance(schema, dict):
+        return _schema_rules(id(schema), schema)
     return MERGE_RULES.get(kind.kind, _DEFAULT_RULES)
+
+
+_SCHEMA_RULES: dict[int, tuple[Obj, _Table]] = {}
+
+
+def _schema_rules(key: int, schema: Obj) -> _Table:
+    """A custom resource's merge rules, from its schema's `x-kubernetes-list-type` (cached per schema).
+
+    `map` lists merge by their (first) map key, `set` lists as a union, every other list is
+    atomic, as server-side apply treats custom resources.
+    """
+    cached = _SCHEMA_RULES.get(key)
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    table: _Table = dict(_mount(("metadata",), _OBJECT_META))
+
+    def walk(node: Any, path: tuple[str, ...]) -> None:
+        if not isinstance(node, dict):
+            return
+        list_type = node.get("x-kubernetes-list-type")
+        keys = node.get("x-kubernetes-list-map-keys")
+        if list_type == "map" and isinstance(keys, list) and keys:
+            table[path] = FieldRule(merge_key=str(keys[0]))
+        elif list_type == "set":
+            table[path] = _PRIMITIVE
+        for name, sub in (node.get("properties") or {}).items():
+            walk(sub, (*path, str(name)))
+        items = node.get("items")
+        if isinstance(items, dict):
+            walk((items.get("properties") and {"properties": items["properties"]}) or {}, path)
+
+    walk(schema, ())
+    if len(_SCHEMA_RULES) > 256:
+        _SCHEMA_RULES.clear()
+    _SCHEMA_RULES[key] = (schema, table)
+    return table
 
 
 def apply_strategic_merge_patch(target: Obj, patch: Obj, *, kind: Kind) -> Obj:
     """Apply a strategic merge patch to an object of `kind`."""
     if not isinstance(patch, dict):
         raise PatchError("strategic merge patch must be a JSON object", code=400)
-    merger = _Merger(_rules(kind), directives=True)
+    merger = _Merger(rules_for(kind), directives=True)
     result: Obj = merger.merge_map(_copy(target), patch, ())
     return result
 
 
 def apply_server_side_apply(target: Obj | None, patch: Obj, *, kind: Kind) -> Obj:
-    """A stand-in for server-side apply: create from the patch, or merge it with SMP rules.
+    """Server-side apply's merge: create from the patch, or merge it with SMP rules.
 
-    Maps merge, keyed lists merge by their key, other lists are replaced, `null` deletes. There is
-    no field ownership (managedFields), so fields a manager stops applying are not removed and no
-    apply conflict (409) is ever raised; `$` keys carry no directive meaning.
+    Maps merge, keyed lists merge by their key, other lists are replaced, `null` deletes; `$` keys
+    carry no directive meaning. Ownership (conflicts, fields a manager stops applying) is
+    `fieldmanager.apply`'s, which calls this.
     """
     if not isinstance(patch, dict):
         raise PatchError("apply patch must be a JSON (or YAML) object", code=400)
-    merger = _Merger(_rules(kind), directives=False)
+    merger = _Merger(rules_for(kind), directives=False)
     result: Obj = merger.merge_map(_copy(target) if target is not None else {}, patch, ())
     return result

@@ -22,22 +22,26 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from kubemesh.apiserver import admission, errors
+from kubemesh.apiserver import admission, errors, fieldmanager
+from kubemesh.apiserver.customresources import objects as customobjects
+from kubemesh.apiserver.customresources.definitions import CLEANUP_FINALIZER
+from kubemesh.apiserver.paging import key_of
 from kubemesh.apiserver.patching import (
     PatchError,
     apply_json_patch,
     apply_merge_patch,
-    apply_server_side_apply,
     apply_strategic_merge_patch,
 )
-from kubemesh.apiserver.storage import Store
-from kubemesh.apiserver.validation import unknown_fields, validate_name, validate_object
+from kubemesh.apiserver.storage import EventType, Store
+from kubemesh.apiserver.validation import decode_typed, validate_name, validate_object
 from kubemesh.services.machinery.clock import Clock, format_micro_time, format_time, parse_time
 from kubemesh.services.model.kinds import (
+    CUSTOMRESOURCEDEFINITIONS,
+    DAEMONSETS,
     DEPLOYMENTS,
     NAMESPACES,
     PODDISRUPTIONBUDGETS,
@@ -66,6 +70,9 @@ class WriteOptions:
     field_validation: str = ""
     """"Strict", "Warn", "Ignore" or "" (the server default: Warn)."""
     field_manager: str = ""
+    """The request's `fieldManager` ("": none named; then fields are tracked only where they already are)."""
+    user_agent_manager: str = ""
+    """The manager of a write that names none: its User-Agent's product name, as upstream."""
     force: bool = False
 
 
@@ -102,6 +109,22 @@ class DeleteOptions:
                    dry_run=bool(dry))
 
 
+class WriteHook(Protocol):
+    """Something the registry tells about writes (the CRD lifecycle, the namespace lifecycle)."""
+
+    def admit(self, kind: Kind, obj: Obj, old: Obj | None) -> None:
+        """Check or complete a create (`old` None) or update before it is validated; raise StatusError to refuse."""
+        ...
+
+    def written(self, kind: Kind, old: Obj | None, new: Obj) -> None:
+        """An object was stored (created when `old` is None)."""
+        ...
+
+    def removed(self, kind: Kind, obj: Obj) -> None:
+        """An object left the store."""
+        ...
+
+
 class Registry:
     """Every verb's semantics over one Store."""
 
@@ -110,6 +133,8 @@ class Registry:
         self.clock = clock
         self.rng = rng
         self.kinds = kinds if kinds is not None else KindTable()
+        self.hooks: list[WriteHook] = []
+        """Told about every write, in the write path, after the store has it (see `WriteHook`)."""
         for ns in INITIAL_NAMESPACES:
             if store.get(NAMESPACES, ns) is None:
                 self.create(NAMESPACES, None, {"metadata": {"name": ns}}, WriteOptions())
@@ -125,25 +150,17 @@ class Registry:
 
     def list_objects(self, kind: Kind, *, namespace: str | None, labels: LabelSelector | None,
              fields: FieldSelector | None) -> tuple[list[Obj], int]:
-        """Matching objects sorted by namespace/name, and the revision they were read at."""
+        """Matching objects sorted by key (`namespace/name`, as etcd orders them), and the revision read at."""
         node = fields.exact("spec.nodeName") if (kind is PODS and fields is not None) else None
         source = self.store.pods_on_node(node) if node is not None else self.store.items(kind, namespace=namespace)
-        out = []
-        for obj in source:
-            if namespace and obj["metadata"].get("namespace") != namespace:
-                continue
-            if labels is not None and not labels.empty and not labels.matches(labels_of(obj)):
-                continue
-            if fields is not None and not fields.empty and not fields.matches(obj):
-                continue
-            out.append(obj)
-        out.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+        out = select(source, namespace=namespace, labels=labels, fields=fields)
+        out.sort(key=key_of)
         return out, self.store.revision
 
     # ------------------------------------------------------------------------------ create
 
     def create(self, kind: Kind, namespace: str | None, body: Any, opts: WriteOptions,
-               *, warnings: list[str] | None = None) -> Obj:
+               *, warnings: list[str] | None = None, managed: list[Obj] | None = None) -> Obj:
         """Create an object from a freshly decoded body (which this call takes over)."""
         obj = self._check_body(kind, body)
         md = obj.setdefault("metadata", {})
@@ -163,18 +180,28 @@ class Registry:
         if problem:
             raise errors.invalid(kind, name, [{"reason": "FieldValueInvalid", "field": "metadata.name",
                                                "message": problem}])
-        self._field_validation(kind, name, obj, opts, warnings)
+        obj = self._field_validation(kind, name, obj, opts, warnings)
+        md = obj["metadata"]  # a typed decode may have copied it
+        # What the body sets, before defaulting (defaults are nobody's), when fields are tracked.
+        owned = fieldmanager.fieldset(kind, obj) if managed is None and opts.field_manager else None
         if kind.namespaced:
             nso = self.store.get(NAMESPACES, ns)
             if nso is None:
                 raise errors.namespace_not_found(ns)
             if (nso.get("status") or {}).get("phase") == "Terminating":
-                raise errors.forbidden(kind, name, f'{kind.plural} "{name}" is forbidden: unable to create new '
+                # Worded as upstream's NamespaceLifecycle admission, with the cause client-go checks.
+                err = errors.forbidden(kind, name, f'{kind.resource} "{name}" is forbidden: unable to create new '
                                        f"content in namespace {ns} because it is being terminated")
+                err.details = {**(err.details or {}), "causes": [{
+                    "reason": "NamespaceTerminating", "field": "metadata.namespace",
+                    "message": f"namespace {ns} is being terminated"}]}
+                raise err
         if self.store.get(kind, _key(kind, ns, name)) is not None:
             raise errors.already_exists(kind, name)
+        for hook in self.hooks:
+            hook.admit(kind, obj, None)
         # Shape first: admission and defaulting assume the types validation guarantees.
-        causes = validate_object(kind, obj) + _time_causes(kind, obj)
+        causes = validate_object(kind, obj) + _time_causes(kind, obj) + customobjects.validate(kind, obj, old=None)
         if causes:
             raise errors.invalid(kind, name, [dict(c) for c in causes])
         try:
@@ -195,13 +222,20 @@ class Registry:
             md.pop("namespace", None)
         md["uid"] = random_uuid(self.rng)
         md["creationTimestamp"] = format_time(self.clock.now())
-        if "spec" in obj or kind.kind in ("Deployment", "ReplicaSet", "DaemonSet", "Pod"):
+        admission.finish_create(kind, obj)
+        if "spec" in obj or kind.custom is not None or kind in _ALWAYS_GENERATION:
             md["generation"] = 1
         obj["kind"] = kind.kind
         obj["apiVersion"] = kind.api_version
+        customobjects.to_storage(kind, obj)
+        if managed is not None:
+            md["managedFields"] = managed
+        elif owned is not None:
+            md["managedFields"] = fieldmanager.update(kind, None, obj, manager=opts.field_manager, subresource=None,
+                                                      now=md["creationTimestamp"], owned=owned)
         if opts.dry_run:
             return obj
-        return self.store.write(kind, obj, event="ADDED")
+        return self._write(kind, obj, None, event="ADDED")
 
     # ------------------------------------------------------------------------------ update
 
@@ -218,7 +252,7 @@ class Registry:
                                      f"the URL ({name})")
         if kind.namespaced and md.get("namespace") not in (None, "", namespace):
             raise errors.bad_request("the namespace of the object does not match the namespace on the URL")
-        self._field_validation(kind, name, new, opts, warnings)
+        new = self._field_validation(kind, name, new, opts, warnings)
         return self._commit_update(kind, old, new, opts, subresource=subresource)
 
     def patch(self, kind: Kind, namespace: str | None, name: str, patch: Any, patch_type: str,
@@ -227,26 +261,39 @@ class Registry:
         """PATCH with any of the four types; returns (object, created) — apply may create."""
         key = _key(kind, namespace, name)
         old = self.store.get(kind, key)
+        if patch_type == "apply":
+            if not isinstance(patch, dict):
+                raise errors.bad_request("an apply patch must be an object")
+            if not opts.field_manager:
+                raise errors.StatusError(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: '
+                                         "Required value: is required for apply patch")
+        managed: list[Obj] | None = None
         if old is None:
             if patch_type != "apply" or subresource is not None:
                 raise errors.not_found(kind, name)
-            if not isinstance(patch, dict):
-                raise errors.bad_request("an apply patch must be an object")
-            body = apply_server_side_apply(None, patch, kind=kind)
-            body.setdefault("metadata", {})["name"] = name
-            return self.create(kind, namespace, body, opts, warnings=warnings), True
+            body = fieldmanager.apply(kind, None, patch, manager=opts.field_manager, force=opts.force,
+                                      subresource=None, now=format_time(self.clock.now()))
+            md = body.setdefault("metadata", {})
+            md["name"] = name
+            managed = md.pop("managedFields", None)
+            return self.create(kind, namespace, body, opts, warnings=warnings, managed=managed), True
         try:
-            patched = self._apply_patch(kind, old, patch, patch_type)
+            if patch_type == "apply":
+                patched = fieldmanager.apply(kind, old, patch, manager=opts.field_manager, force=opts.force,
+                                             subresource=subresource, now=format_time(self.clock.now()))
+                managed = patched["metadata"].pop("managedFields", None)
+            else:
+                patched = self._apply_patch(kind, old, patch, patch_type)
         except PatchError as exc:
             if exc.code == 400:
                 raise errors.bad_request(str(exc)) from exc
             raise errors.StatusError(422, "Invalid", str(exc)) from exc
-        if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
+        if not isinstance(patched.get("metadata"), dict):
             raise errors.StatusError(422, "Invalid", "the patch produced an object without metadata")
         if patched["metadata"].get("name", name) != name:
             raise errors.bad_request("a patch cannot change metadata.name")
-        self._field_validation(kind, name, patched, opts, warnings)
-        return self._commit_update(kind, old, patched, opts, subresource=subresource), False
+        patched = self._field_validation(kind, name, patched, opts, warnings)
+        return self._commit_update(kind, old, patched, opts, subresource=subresource, managed=managed), False
 
     def _apply_patch(self, kind: Kind, old: Obj, patch: Any, patch_type: str) -> Any:
         if patch_type == "json":
@@ -256,13 +303,16 @@ class Registry:
         if patch_type == "merge":
             return apply_merge_patch(old, patch)
         if patch_type == "strategic":
+            if kind.custom is not None:
+                raise errors.StatusError(
+                    415, "UnsupportedMediaType",
+                    "the body of the request was in an unknown format - accepted media types include: "
+                    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
             return apply_strategic_merge_patch(old, patch, kind=kind)
-        if patch_type == "apply":
-            return apply_server_side_apply(old, patch, kind=kind)
         raise errors.unsupported_media_type(patch_type)
 
     def _commit_update(self, kind: Kind, old: Obj, new: Obj, opts: WriteOptions,
-                       *, subresource: str | None) -> Obj:
+                       *, subresource: str | None, managed: list[Obj] | None = None) -> Obj:
         name = old["metadata"]["name"]
         sent_rv = new["metadata"].get("resourceVersion")
         if sent_rv not in (None, "") and str(sent_rv) != old["metadata"]["resourceVersion"]:
@@ -277,6 +327,8 @@ class Registry:
         else:
             candidate = new
             self._decode_fields(kind, candidate)
+            for hook in self.hooks:
+                hook.admit(kind, candidate, old)
             md = candidate["metadata"]
             for field in _IMMUTABLE_META:
                 if field in old["metadata"]:
@@ -286,6 +338,7 @@ class Registry:
             md.pop("managedFields", None)
             candidate["kind"] = kind.kind
             candidate["apiVersion"] = kind.api_version
+            customobjects.to_storage(kind, candidate)
             if kind.has_status:
                 if "status" in old:
                     candidate["status"] = old["status"]
@@ -300,23 +353,29 @@ class Registry:
                 spec_changed = candidate.get("spec") != old.get("spec")
             if kind is PODS:
                 self._check_pod_update(old, candidate)
-            if "generation" in old["metadata"] and spec_changed:
+            moved = customobjects.generation_changed(kind, old, candidate) if kind.custom is not None else spec_changed
+            if "generation" in old["metadata"] and moved:
                 md["generation"] = int(old["metadata"]["generation"]) + 1
-        causes = validate_object(kind, candidate, spec_known_valid=not spec_changed) + _time_causes(kind, candidate)
+        causes = (validate_object(kind, candidate, spec_known_valid=not spec_changed) + _time_causes(kind, candidate)
+                  + customobjects.validate(kind, candidate, old=old, status_write=subresource == "status"))
         if causes:
             raise errors.invalid(kind, name, [dict(c) for c in causes])
         candidate["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if managed is not None:
+            candidate["metadata"]["managedFields"] = managed
+        elif opts.field_manager or fieldmanager.tracked(old):
+            manager = opts.field_manager or opts.user_agent_manager or "unknown"
+            candidate["metadata"]["managedFields"] = fieldmanager.update(
+                kind, old, candidate, manager=manager, subresource=subresource, now=format_time(self.clock.now()))
         if candidate == old:
             return old  # a no-op write: no new revision, no event
         if opts.dry_run:
             return candidate
         md = candidate["metadata"]
-        if md.get("deletionTimestamp") and not md.get("finalizers") and not md.get("deletionGracePeriodSeconds"):
+        if _finished(kind, candidate):
             # The last finalizer is gone from an object being deleted: it goes now.
-            final = self.store.remove(kind, _key(kind, md.get("namespace"), name))
-            assert final is not None
-            return final
-        return self.store.write(kind, candidate, event="MODIFIED")
+            return self._remove(kind, _key(kind, md.get("namespace"), name))
+        return self._write(kind, candidate, old, event="MODIFIED")
 
     def _check_pod_update(self, old: Obj, new: Obj) -> None:
         """Pod specs are mostly immutable; the scheduler binds through pods/binding only."""
@@ -348,13 +407,13 @@ class Registry:
             finalizers.append("orphan")
         elif policy == "Foreground" and "foregroundDeletion" not in finalizers:
             finalizers.append("foregroundDeletion")
+        if kind is CUSTOMRESOURCEDEFINITIONS and CLEANUP_FINALIZER not in finalizers:
+            finalizers.append(CLEANUP_FINALIZER)  # its objects go first (apiserver.establishing)
         grace = self._grace(kind, old, opts)
         if grace == 0 and not finalizers:
             if opts.dry_run:
                 return old
-            final = self.store.remove(kind, _key(kind, namespace, name))
-            assert final is not None
-            return final
+            return self._remove(kind, _key(kind, namespace, name))
         # Graceful or blocked by finalizers: mark the object and leave it in place.
         now = self.clock.now()
         new_md = dict(md)
@@ -368,7 +427,7 @@ class Registry:
             new_md["finalizers"] = finalizers
         if opts.dry_run:
             return {**old, "metadata": new_md}
-        return self.store.write(kind, {**old, "metadata": new_md}, event="MODIFIED")
+        return self._write(kind, {**old, "metadata": new_md}, old, event="MODIFIED")
 
     def _grace(self, kind: Kind, obj: Obj, opts: DeleteOptions) -> int:
         """The grace period a delete gets: only bound, non-terminal pods are graceful."""
@@ -384,24 +443,52 @@ class Registry:
         return max(0, grace)
 
     def _delete_namespace(self, ns_obj: Obj, opts: DeleteOptions) -> Obj:
-        """Delete a namespace and everything in it.
+        """Start a namespace's deletion: it turns Terminating and waits for the namespace controller.
 
-        Kubernetes' namespace controller deletes the contents and then the namespace; here
-        the apiserver does it at once (contents are removed without grace), which is enough
-        for the emulator's uses and keeps the apiserver free of background loops.
+        As upstream: the namespace gets its deletionTimestamp and phase Terminating and keeps
+        its `kubernetes` finalizer (`spec.finalizers`); the namespace controller deletes its
+        contents and then removes the finalizer through `namespaces/{name}/finalize`, and the
+        namespace goes when no finalizer is left. Creating in it meanwhile is a 403. The four
+        namespaces the system relies on cannot be deleted.
         """
         name = ns_obj["metadata"]["name"]
-        if opts.dry_run:
+        if name in INITIAL_NAMESPACES:
+            raise errors.forbidden(NAMESPACES, name, f'namespaces "{name}" is forbidden: this namespace may not '
+                                   "be deleted")
+        md = ns_obj["metadata"]
+        if md.get("deletionTimestamp"):
             return ns_obj
-        for kind in self._namespaced_kinds():
-            for obj in list(self.store.items(kind, namespace=name)):
-                self.store.remove(kind, _key(kind, name, obj["metadata"]["name"]))
-        final = self.store.remove(NAMESPACES, name)
-        assert final is not None
-        return {**final, "status": {"phase": "Terminating"}}
+        new = {**ns_obj, "metadata": {**md, "deletionTimestamp": format_time(self.clock.now()),
+                                      "deletionGracePeriodSeconds": 0},
+               "status": {**(ns_obj.get("status") or {}), "phase": "Terminating"}}
+        if opts.propagation_policy == "Orphan":
+            new["metadata"]["finalizers"] = [*(md.get("finalizers") or []), "orphan"]
+        if opts.dry_run:
+            return new
+        if _finished(NAMESPACES, new):
+            return self._remove(NAMESPACES, name)
+        return self._write(NAMESPACES, new, ns_obj, event="MODIFIED")
 
-    def _namespaced_kinds(self) -> list[Kind]:
-        return [k for k in self.kinds.stored() if k.namespaced and k.storage]
+    def finalize_namespace(self, name: str, body: Any, opts: WriteOptions) -> Obj:
+        """PUT namespaces/{name}/finalize: replace `spec.finalizers` (and nothing else)."""
+        old = self.get(NAMESPACES, None, name)
+        if not isinstance(body, dict) or not isinstance(body.get("spec") or {}, dict):
+            raise errors.bad_request("a Namespace must be an object")
+        finalizers = (body.get("spec") or {}).get("finalizers") or []
+        if not isinstance(finalizers, list) or not all(isinstance(f, str) for f in finalizers):
+            raise errors.invalid(NAMESPACES, name, [{"reason": "FieldValueInvalid", "field": "spec.finalizers",
+                                                     "message": "must be a list of finalizer names"}])
+        sent_rv = (body.get("metadata") or {}).get("resourceVersion")
+        if sent_rv not in (None, "") and str(sent_rv) != old["metadata"]["resourceVersion"]:
+            raise errors.conflict(NAMESPACES, name)
+        new = {**old, "spec": {**(old.get("spec") or {}), "finalizers": finalizers}}
+        if not finalizers:
+            new["spec"].pop("finalizers")
+        if new == old or opts.dry_run:
+            return new
+        if _finished(NAMESPACES, new):
+            return self._remove(NAMESPACES, name)
+        return self._write(NAMESPACES, new, old, event="MODIFIED")
 
     def delete_collection(self, kind: Kind, namespace: str | None, *, labels: LabelSelector | None,
                           fields: FieldSelector | None, opts: DeleteOptions) -> list[Obj]:
@@ -446,7 +533,7 @@ class Registry:
                "status": status}
         if opts.dry_run:
             return new
-        return self.store.write(PODS, new, event="MODIFIED")
+        return self._write(PODS, new, pod, event="MODIFIED")
 
     def evict(self, namespace: str, name: str, eviction: Any) -> Obj:
         """pods/eviction: a graceful delete unless a PodDisruptionBudget forbids it (429)."""
@@ -490,7 +577,7 @@ class Registry:
     def get_scale(self, kind: Kind, namespace: str, name: str) -> Obj:
         """The autoscaling/v1 Scale of a Deployment or ReplicaSet."""
         obj = self.get(kind, namespace, name)
-        return _scale_of(obj)
+        return _scale_of(kind, obj)
 
     def update_scale(self, kind: Kind, namespace: str, name: str, scale: Any, opts: WriteOptions) -> Obj:
         """Write spec.replicas of the parent from a Scale."""
@@ -505,9 +592,13 @@ class Registry:
         if sent_rv and sent_rv != obj["metadata"]["resourceVersion"]:
             raise errors.conflict(kind, name)
         new = copy.deepcopy(obj)
-        new["spec"]["replicas"] = replicas
+        custom = customobjects.custom_of(kind)
+        if custom is not None and custom.scale is not None:
+            _set_path(new, custom.scale.spec_replicas, replicas)
+        else:
+            new["spec"]["replicas"] = replicas
         updated = self._commit_update(kind, obj, new, opts, subresource=None)
-        return _scale_of(updated)
+        return _scale_of(kind, updated)
 
     def patch_scale(self, kind: Kind, namespace: str, name: str, patch: Any, patch_type: str,
                     opts: WriteOptions) -> Obj:
@@ -526,6 +617,19 @@ class Registry:
 
     # ------------------------------------------------------------------------------ helpers
 
+    def _write(self, kind: Kind, obj: Obj, old: Obj | None, *, event: EventType) -> Obj:
+        stored = self.store.write(kind, obj, event=event)
+        for hook in self.hooks:
+            hook.written(kind, old, stored)
+        return stored
+
+    def _remove(self, kind: Kind, key: str) -> Obj:
+        final = self.store.remove(kind, key)
+        assert final is not None
+        for hook in self.hooks:
+            hook.removed(kind, final)
+        return final
+
     def _check_body(self, kind: Kind, body: Any) -> Obj:
         if not isinstance(body, dict):
             raise errors.bad_request(f"the body of a {kind.kind} must be a JSON object")
@@ -536,9 +640,10 @@ class Registry:
                                      f"do not match the expected {kind.api_version} {kind.kind}")
         if "metadata" in body and not isinstance(body["metadata"], dict):
             raise errors.bad_request("metadata must be an object")
-        for field in ("spec", "status"):
-            if field in body and body[field] is not None and not isinstance(body[field], dict):
-                raise errors.bad_request(f"{field} must be an object")
+        if kind.custom is None:  # a custom resource's spec and status are what its schema says
+            for field in ("spec", "status"):
+                if field in body and body[field] is not None and not isinstance(body[field], dict):
+                    raise errors.bad_request(f"{field} must be an object")
         self._decode_fields(kind, body)
         return body
 
@@ -565,18 +670,25 @@ class Registry:
         return str(ns)
 
     def _field_validation(self, kind: Kind, name: str, obj: Obj, opts: WriteOptions,
-                          warnings: list[str] | None) -> None:
-        mode = opts.field_validation
-        if mode not in ("Strict", "Warn"):
-            return
-        unknown = unknown_fields(kind, obj)
-        if not unknown:
-            return
+                          warnings: list[str] | None) -> Obj:
+        """`obj` as a typed decode leaves it (`decode_typed`; a custom object: pruned by its schema).
+
+        Unknown fields are dropped in every mode, as upstream: warned about under `Warn` (the
+        default), refused with a 400 under `Strict`, silently under `Ignore`.
+        """
+        mode = opts.field_validation or "Warn"
+        if kind.custom is not None:
+            customobjects.prepare(kind, obj, field_validation=mode, warnings=warnings)
+            return obj
+        obj, unknown = decode_typed(kind, obj)
+        if not unknown or mode == "Ignore":
+            return obj
         if mode == "Strict":
             text = ", ".join(f'unknown field "{f}"' for f in unknown)
             raise errors.bad_request(f"strict decoding error: {text}")
         if warnings is not None:
             warnings.extend(f'unknown field "{f}"' for f in unknown)
+        return obj
 
     def _priority_class(self, name: str) -> Obj | None:
         return self.store.get(PRIORITYCLASSES, name)
@@ -589,6 +701,21 @@ _MICRO_TIMES: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
 _TIMES: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
     "Event": (("firstTimestamp",), ("lastTimestamp",)),
 }
+
+
+def select(objects: Iterable[Obj], *, namespace: str | None, labels: LabelSelector | None,
+           fields: FieldSelector | None) -> list[Obj]:
+    """The objects in `namespace` (every one when None) that both selectors match, in their order."""
+    out = []
+    for obj in objects:
+        if namespace and obj["metadata"].get("namespace") != namespace:
+            continue
+        if labels is not None and not labels.empty and not labels.matches(labels_of(obj)):
+            continue
+        if fields is not None and not fields.empty and not fields.matches(obj):
+            continue
+        out.append(obj)
+    return out
 
 
 def random_uuid(rng: random.Random) -> str:
@@ -626,6 +753,20 @@ def _time_causes(kind: Kind, obj: Obj) -> list[Any]:
     return causes
 
 
+def _finished(kind: Kind, obj: Obj) -> bool:
+    """Whether an object being deleted has nothing left to wait for (then it leaves the store).
+
+    A finalizer blocks removal; so does a pod's grace period (its kubelet deletes it with
+    grace 0), and a namespace's `spec.finalizers` (its contents are still being deleted).
+    """
+    md = obj["metadata"]
+    if not md.get("deletionTimestamp") or md.get("finalizers"):
+        return False
+    if kind is NAMESPACES:
+        return not (obj.get("spec") or {}).get("finalizers")
+    return not md.get("deletionGracePeriodSeconds")
+
+
 def _key(kind: Kind, namespace: str | None, name: str) -> str:
     return f"{namespace}/{name}" if kind.namespaced else name
 
@@ -647,19 +788,52 @@ def _int_or_percent(value: Any, total: int, *, round_up: bool) -> int:
     return int(value)
 
 
-def _scale_of(obj: Obj) -> Obj:
+def _get_path(obj: Obj, path: tuple[str, ...]) -> Any:
+    cur: Any = obj
+    for name in path:
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(name)
+    return cur
+
+
+def _set_path(obj: Obj, path: tuple[str, ...], value: Any) -> None:
+    cur = obj
+    for name in path[:-1]:
+        nxt = cur.get(name)
+        if not isinstance(nxt, dict):
+            nxt = cur[name] = {}
+        cur = nxt
+    cur[path[-1]] = value
+
+
+def _scale_of(kind: Kind, obj: Obj) -> Obj:
+    """The autoscaling/v1 Scale of an object: from spec.replicas and its selector, or a CRD's scale paths."""
     md = obj["metadata"]
-    selector = (obj.get("spec") or {}).get("selector") or {}
-    labels = selector.get("matchLabels") or {}
-    sel_text = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    custom = customobjects.custom_of(kind)
+    if custom is not None and custom.scale is not None:
+        paths = custom.scale
+        spec_replicas = _get_path(obj, paths.spec_replicas)
+        status_replicas = _get_path(obj, paths.status_replicas)
+        selector = _get_path(obj, paths.label_selector) if paths.label_selector else None
+        sel_text = selector if isinstance(selector, str) else ""
+    else:
+        spec_replicas = (obj.get("spec") or {}).get("replicas")
+        status_replicas = (obj.get("status") or {}).get("replicas")
+        labels = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        sel_text = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    status: Obj = {"replicas": int(status_replicas or 0)}
+    if sel_text:
+        status["selector"] = sel_text
     return {
         "kind": "Scale", "apiVersion": "autoscaling/v1",
         "metadata": {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
                      if k in md},
-        "spec": {"replicas": int((obj.get("spec") or {}).get("replicas") or 0)},
-        "status": {"replicas": int((obj.get("status") or {}).get("replicas") or 0), "selector": sel_text},
+        "spec": {"replicas": int(spec_replicas or 0)},
+        "status": status,
     }
 
 
 ScaleKinds: Final = (DEPLOYMENTS, REPLICASETS)
+_ALWAYS_GENERATION: Final = frozenset({DEPLOYMENTS, REPLICASETS, DAEMONSETS, PODS})
 Now = Callable[[], float]

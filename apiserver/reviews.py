@@ -8,6 +8,10 @@ credentials of a kubeadm cluster are, so every question about what it may do is 
 * `SelfSubjectReview` (`kubectl auth whoami`): the admin user and its groups.
 
 The answer is the request with its `status` filled in, as kube-apiserver answers (201).
+
+kubectl 1.30+ sends these reviews as protobuf (`application/vnd.kubernetes.protobuf`); the
+serving layer decodes them as it does every built-in kind (`apiserver.protobuf`), so `answer`
+sees the JSON form either way. The answer goes back as JSON, which client-go accepts.
 """
 
 from __future__ import annotations

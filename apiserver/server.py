@@ -85,6 +85,10 @@ def build_app(core: ApiserverCore) -> web.Application:
                 resp = render_status(request, errors.StatusError(exc.status, exc.reason, exc.text or exc.reason))
         except (asyncio.CancelledError, ConnectionResetError):
             raise
+        except RecursionError:
+            # JSON allows 1,024 levels; walking that deep exceeds Python's stack. Nothing is stored
+            # before validation walks the object, so the store is as it was.
+            resp = render_status(request, errors.bad_request("the object is nested too deeply to be handled"))
         except Exception as exc:
             log.exception("unhandled error", path=request.path, method=request.method, client=identity(request))
             resp = render_status(request, errors.internal(type(exc).__name__))

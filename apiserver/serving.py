@@ -1,9 +1,10 @@
 """The REST surface: Kubernetes paths and verbs, content negotiation, watch streams.
 
 Paths follow the Kubernetes API (`/api/v1/...`, `/apis/<group>/<version>/...`, legacy
-`/watch/` prefixes too). Bodies are JSON (the four patch types included) or msgpack for
-components; responses are JSON, msgpack when the client asks for it, or a meta.k8s.io Table
-when kubectl asks for one. Every failure is a metav1.Status with the code Kubernetes uses;
+`/watch/` prefixes too). Bodies are JSON (the four patch types included), msgpack for
+components, or Kubernetes protobuf for the built-in kinds (`apiserver.protobuf`); responses
+are JSON, msgpack when the client asks for it, or a meta.k8s.io Table when kubectl asks for
+one. Every failure is a metav1.Status with the code Kubernetes uses;
 nothing a client sends can make a handler fail without one (the middleware turns any
 unexpected exception into a 500 Status and the server keeps serving).
 """
@@ -22,14 +23,15 @@ import yaml
 from aiohttp import HttpVersion11, web
 from aiohttp.abc import AbstractStreamWriter
 
-from kubemesh.apiserver import discovery, errors, reviews, tables
+from kubemesh.apiserver import discovery, errors, paging, protobuf, reviews, tables
+from kubemesh.apiserver.customresources import objects as customobjects
 from kubemesh.apiserver.discovery import Discovery
 from kubemesh.apiserver.openapi import OPENAPI_V2_CONTENT_TYPE, OpenApi
-from kubemesh.apiserver.registry import DeleteOptions, Registry, WriteOptions
+from kubemesh.apiserver.registry import DeleteOptions, Registry, WriteOptions, select
 from kubemesh.apiserver.watching import WatchHub, encode_event
 from kubemesh.services.model import codec
 from kubemesh.services.model.codec import Encoding
-from kubemesh.services.model.kinds import BINDINGS, PODS, REVIEWS, Kind, KindTable, Obj
+from kubemesh.services.model.kinds import BINDINGS, NAMESPACES, PODS, REVIEWS, Kind, KindTable, Obj
 from kubemesh.services.model.selectors import (
     FieldSelector,
     LabelSelector,
@@ -68,6 +70,10 @@ class Target:
     watch: bool
 
 
+TARGET: Final = web.RequestKey("kubemesh_target", Target)
+"""What a request on a resource path names, once resolved (a protobuf body is decoded by its kind)."""
+
+
 def flag(value: str | None) -> bool:
     """Kubernetes booleans in queries are case-insensitive (`watch=True` from kubernetes_asyncio)."""
     return value is not None and value.strip().lower() in _TRUE
@@ -102,7 +108,9 @@ def _response(body: bytes, enc: Encoding, *, status: int, warnings: list[str] | 
     resp = web.Response(body=body, status=status, content_type=codec.content_type(enc))
     if warnings:
         for w in warnings[:20]:
-            resp.headers.add("Warning", f'299 - "{w}"')
+            # RFC 7234's quoted-string, as upstream writes it: client-go unquotes the text.
+            quoted = w.replace("\\", "\\\\").replace('"', '\\"')
+            resp.headers.add("Warning", f'299 - "{quoted}"')
     return resp
 
 
@@ -116,6 +124,12 @@ def render_status(request: web.Request, exc: errors.StatusError) -> web.Response
 
 async def read_body(request: web.Request) -> tuple[Any, str]:
     """Decode the request body; returns (value, media type)."""
+    raw, media = await read_raw(request)
+    return decode_body(request, raw, media), media
+
+
+async def read_raw(request: web.Request) -> tuple[bytes, str]:
+    """The request body's bytes (at most MAX_BODY, else 413) and its media type."""
     payload = request.content
     if payload.is_eof():
         # The whole body has arrived (a small body always has, by the time the handler runs):
@@ -129,8 +143,17 @@ async def read_body(request: web.Request) -> tuple[Any, str]:
     media = (request.headers.get("Content-Type") or codec.JSON).split(";", 1)[0].strip().lower()
     if len(raw) > MAX_BODY:
         raise errors.too_large(MAX_BODY)
+    return raw, media
+
+
+def decode_body(request: web.Request, raw: bytes, media: str) -> Any:
+    """A body in JSON, YAML, msgpack or protobuf as the JSON-like value it carries (None when empty).
+
+    Protobuf is read only on a resource path (`TARGET`) of a built-in kind; anything else that
+    is not one of these media types is a 415.
+    """
     if not raw:
-        return None, media
+        return None
     if media == codec.MSGPACK:
         try:
             value = codec.decode(raw, "msgpack")
@@ -141,12 +164,12 @@ async def read_body(request: web.Request) -> tuple[Any, str]:
             raise errors.bad_request(f"malformed msgpack body: {exc}") from exc
         except TypeError as exc:
             raise errors.bad_request(f"the msgpack body is not JSON-like: {exc}") from exc
-        return value, media
+        return value
     if media in ("application/apply-patch+yaml",):
         try:
-            return orjson.loads(raw), media
+            return orjson.loads(raw)
         except orjson.JSONDecodeError:
-            return _load_yaml(raw), media
+            return _load_yaml(raw)
     if media in (codec.JSON, "") or media.endswith("+json") or media == "*/*":
         try:
             value = orjson.loads(raw)
@@ -154,9 +177,12 @@ async def read_body(request: web.Request) -> tuple[Any, str]:
             raise errors.bad_request(f"malformed JSON body: {exc}") from exc
         if request.query.get("fieldValidation") == "Strict":
             _reject_duplicate_fields(raw)
-        return value, media
+        return value
     if media in ("application/yaml", "application/x-yaml"):
-        return _load_yaml(raw), media
+        return _load_yaml(raw)
+    if media == protobuf.MEDIA_TYPE and TARGET in request:  # a built-in kind's body from client-go (kubectl 1.32+)
+        target = request[TARGET]
+        return protobuf.decode_protobuf(target.kind, raw, target.sub, delete=request.method == "DELETE")
     raise errors.unsupported_media_type(media)
 
 
@@ -317,13 +343,20 @@ def selectors(request: web.Request, kind: Kind) -> tuple[LabelSelector | None, F
     return labels, fields
 
 
-_DEFAULT_WRITE_OPTIONS: Final = WriteOptions()
+_OPTIONS_BY_AGENT: dict[str, WriteOptions] = {}
 
 
 def write_options(request: web.Request) -> WriteOptions:
-    """dryRun, fieldValidation, fieldManager and force from the query."""
+    """dryRun, fieldValidation, fieldManager and force from the query; the User-Agent's manager name."""
+    agent = request.headers.get("User-Agent", "")
     if not request.query_string:
-        return _DEFAULT_WRITE_OPTIONS  # most writes of components carry no query at all
+        # Most writes of components carry no query at all: one shared options object per agent.
+        opts = _OPTIONS_BY_AGENT.get(agent)
+        if opts is None:
+            opts = WriteOptions(user_agent_manager=agent_manager(agent))
+            if len(_OPTIONS_BY_AGENT) < 1024:
+                _OPTIONS_BY_AGENT[agent] = opts
+        return opts
     q = request.query
     fv = q.get("fieldValidation", "")
     if fv and fv not in ("Strict", "Warn", "Ignore"):
@@ -331,8 +364,16 @@ def write_options(request: web.Request) -> WriteOptions:
     dry = q.get("dryRun")
     if dry not in (None, "", "All"):
         raise errors.bad_request(f"unsupported dryRun value {dry!r}: only All is allowed")
-    return WriteOptions(dry_run=dry == "All", field_validation=fv, field_manager=q.get("fieldManager", ""),
-                        force=flag(q.get("force")))
+    manager = q.get("fieldManager", "")
+    if len(manager) > 128:
+        raise errors.bad_request("fieldManager: Too long: may not be longer than 128")
+    return WriteOptions(dry_run=dry == "All", field_validation=fv, field_manager=manager,
+                        user_agent_manager=agent_manager(agent), force=flag(q.get("force")))
+
+
+def agent_manager(agent: str) -> str:
+    """The field manager of a write that names none: the User-Agent's product (before the first `/`)."""
+    return agent.split("/", 1)[0][:128] if agent else ""
 
 
 def _has_flow_control(transport: asyncio.Transport) -> bool:
@@ -388,6 +429,8 @@ class Api:
         self.discovery = discovery
         self.openapi = openapi
         self.shutting_down = False
+        self.snapshots = paging.Snapshots()
+        """Sorted list snapshots that paged lists read (`paging`)."""
 
     def routes(self) -> list[web.RouteDef]:
         """Every Kubernetes route this server answers."""
@@ -476,6 +519,7 @@ class Api:
         verb = _verb_of(method, target, request)
         request[VERB] = "create" if method == "POST" else verb  # POST on a subresource creates too
         request[RESOURCE] = target.kind.plural if target.sub is None else f"{target.kind.plural}/{target.sub}"
+        request[TARGET] = target
         if target.sub is None and verb not in target.kind.verbs:
             raise errors.method_not_allowed(f"{verb} is not supported on {target.kind.resource}")
         if target.name is None:
@@ -508,7 +552,7 @@ class Api:
     def get(self, request: web.Request, t: Target) -> web.Response:
         """GET one object (a one-row Table when kubectl asks for one)."""
         assert t.name is not None
-        obj = self.registry.get(t.kind, t.namespace, t.name)
+        obj = customobjects.at_version(t.kind, self.registry.get(t.kind, t.namespace, t.name))
         if tables.wants_table(request.headers.get("Accept")):
             return render(request, tables.to_table(
                 t.kind, [obj], now=self.registry.clock.now(),
@@ -517,30 +561,83 @@ class Api:
         return render(request, obj)
 
     def list_collection(self, request: web.Request, t: Target) -> web.Response:
-        """LIST with selectors; `limit` is honoured by returning everything, never a continue token."""
+        """LIST with selectors, paged by `limit` and `continue` (see `paging`), at a revision the query names."""
         q = request.query
-        if q.get("resourceVersionMatch") and not q.get("resourceVersion"):
+        match, rv_text, token = q.get("resourceVersionMatch", ""), q.get("resourceVersion", ""), q.get("continue", "")
+        if match and not rv_text:
             raise errors.bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")
-        if q.get("resourceVersionMatch", "") not in ("", "NotOlderThan", "Exact"):
-            raise errors.bad_request(f"resourceVersionMatch: unsupported value {q['resourceVersionMatch']!r}")
-        if q.get("resourceVersion", "") and not q["resourceVersion"].isdigit():
-            raise errors.bad_request(f"invalid resourceVersion {q['resourceVersion']!r}")
+        if match not in ("", "NotOlderThan", "Exact"):
+            raise errors.bad_request(f"resourceVersionMatch: unsupported value {match!r}")
+        if match and token:
+            raise errors.bad_request("resourceVersionMatch is forbidden when continue is provided")
+        if rv_text and not rv_text.isdigit():
+            raise errors.bad_request(f"invalid resourceVersion {rv_text!r}")
+        if match == "Exact" and rv_text == "0":
+            raise errors.bad_request('resourceVersionMatch "exact" is forbidden for resourceVersion "0"')
         if q.get("limit", "") and not q["limit"].isdigit():
             raise errors.bad_request(f"limit must be a non-negative integer, not {q['limit']!r}")
-        if q.get("continue"):
-            raise errors.gone("the continue token is not valid: this server never issues continue tokens")
+        if token and rv_text not in ("", "0"):
+            raise errors.bad_request("specifying resource version is not allowed when using continue")
+        limit = int(q.get("limit") or 0)
         labels, fields = selectors(request, t.kind)
-        items, rv = self.registry.list_objects(t.kind, namespace=t.namespace, labels=labels, fields=fields)
+        current = self.registry.store.revision
+        # Which revision the list is read at, as kube-apiserver decides it: "0" (or NotOlderThan)
+        # is "any recent state", served whole from the watch cache (limit ignored); Exact, or a
+        # revision with a limit, is that revision; a continue token carries its own.
+        at: int | None = None
+        start: str | None = None
+        if token:
+            cont = paging.Continue.decode(token)
+            start = cont.start
+            if cont.rv != paging.LATEST:
+                at = cont.rv
+        elif rv_text not in ("", "0") and (match == "Exact" or (not match and limit > 0)):
+            at = int(rv_text)
+            if at > current:
+                raise errors.too_large_resource_version(at, current)
+        paged = token != "" or (limit > 0 and rv_text != "0")
+        if not paged and at is None:
+            items, rv = self.registry.list_objects(t.kind, namespace=t.namespace, labels=labels, fields=fields)
+            remaining, next_token = 0, None
+        else:
+            rv = current if at is None else at
+            snapshot, keys = self._snapshot(t, q, labels, fields, rv=rv, token=token, start=start)
+            got = paging.page(snapshot, keys, rv=rv, start=start, limit=limit)
+            items, remaining, next_token = got.items, got.remaining, got.continue_token
         rv_text = str(rv)
-        if q.get("resourceVersionMatch") == "Exact" and q.get("resourceVersion") != rv_text:
-            raise errors.gone(f"too old resource version: {q.get('resourceVersion')} ({rv_text}); this server "
-                              "serves lists at the current revision only")
         if tables.wants_table(request.headers.get("Accept")):
             return render(request, tables.to_table(t.kind, items, now=self.registry.clock.now(),
                                                    resource_version=rv_text,
-                                                   include_object=include_object(request)))
-        return render(request, {"kind": f"{t.kind.kind}List", "apiVersion": t.kind.api_version,
-                                "metadata": {"resourceVersion": rv_text}, "items": items})
+                                                   include_object=include_object(request),
+                                                   continue_token=next_token))
+        if t.kind.custom is not None:
+            items = [customobjects.at_version(t.kind, o) for o in items]
+        meta: Obj = {"resourceVersion": rv_text}
+        if next_token is not None:
+            meta["continue"] = next_token
+            if remaining and (labels is None or labels.empty) and (fields is None or fields.empty):
+                meta["remainingItemCount"] = remaining
+        return render(request, {"kind": list_kind(t.kind), "apiVersion": t.kind.api_version,
+                                "metadata": meta, "items": items})
+
+    def _snapshot(self, t: Target, q: Any, labels: LabelSelector | None, fields: FieldSelector | None, *,
+                  rv: int, token: str, start: str | None) -> tuple[list[Obj], list[str]]:
+        """The list at revision `rv`, sorted by key (memoised; 410 when `rv` has left the watch window)."""
+        current = self.registry.store.revision
+        name = (t.kind.resource, str(rv), t.namespace or "", q.get("labelSelector", ""), q.get("fieldSelector", ""))
+        if rv >= current:
+            return self.snapshots.get(name, lambda: self.registry.list_objects(
+                t.kind, namespace=t.namespace, labels=labels, fields=fields)[0])
+        try:
+            state = self.hub.state_at(t.kind, rv)
+        except ValueError:
+            if not token:
+                raise errors.gone(f"too old resource version: {rv} ({self.hub.floor(t.kind)})") from None
+            assert start is not None
+            raise errors.expired_continue(paging.EXPIRED_MESSAGE, continue_token=paging.Continue(
+                rv=paging.LATEST, start=start).encode()) from None
+        return self.snapshots.get(name, lambda: select(state.values(), namespace=t.namespace, labels=labels,
+                                                      fields=fields))
 
     async def watch(self, request: web.Request, t: Target) -> web.StreamResponse:
         """A watch stream: newline-delimited JSON events, or concatenated msgpack maps."""
@@ -617,7 +714,9 @@ class Api:
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         event = self.hub.event_at(kind, int(rv)) if rv.isdigit() else None
         if event is None or event.obj is not obj:
-            return render(request, obj, status=status, warnings=warnings)
+            return render(request, customobjects.at_version(kind, obj), status=status, warnings=warnings)
+        if kind.custom is not None and customobjects.at_version(kind, obj) is not obj:
+            return render(request, customobjects.at_version(kind, obj), status=status, warnings=warnings)
         enc = response_encoding(request)
         request[RESPONSE_RV] = rv
         return _response(event.body(enc), enc, status=status, warnings=warnings)
@@ -676,7 +775,8 @@ class Api:
         opts = DeleteOptions.from_obj(body, dict(request.query))
         labels, fields = selectors(request, t.kind)
         items = self.registry.delete_collection(t.kind, t.namespace, labels=labels, fields=fields, opts=opts)
-        return render(request, {"kind": f"{t.kind.kind}List", "apiVersion": t.kind.api_version,
+        items = [customobjects.at_version(t.kind, o) for o in items]
+        return render(request, {"kind": list_kind(t.kind), "apiVersion": t.kind.api_version,
                                 "metadata": {"resourceVersion": str(self.registry.store.revision)},
                                 "items": items})
 
@@ -707,6 +807,9 @@ class Api:
                 body, _ = await read_body(request)
                 return render(request, self.registry.patch_scale(t.kind, t.namespace, t.name, body, patch_type,
                                                                  write_options(request)))
+        elif t.sub == "finalize" and t.kind is NAMESPACES and method == "PUT":
+            body, _ = await read_body(request)
+            return render(request, self.registry.finalize_namespace(t.name, body, write_options(request)))
         elif t.sub == "binding" and t.kind is PODS and method == "POST":
             assert t.namespace is not None
             body, _ = await read_body(request)
@@ -720,6 +823,12 @@ class Api:
             self.registry.evict(t.namespace, t.name, body)
             return render(request, errors.success(201), status=201)
         raise errors.method_not_allowed()
+
+
+def list_kind(kind: Kind) -> str:
+    """The kind of a list: `PodList`, or a CRD's `listKind`."""
+    custom = customobjects.custom_of(kind)
+    return custom.list_kind if custom is not None else f"{kind.kind}List"
 
 
 def _verb_of(method: str, t: Target, request: web.Request) -> str:

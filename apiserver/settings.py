@@ -39,3 +39,10 @@ class ServerSettings:
     """Wall seconds a fault forwarded to a kubelet or component may take before its outcome is `info`."""
     gc: GcSettings = field(default_factory=GcSettings)
     """How the process keeps the cyclic collector's pauses short (kubemesh.services.process.gctuning)."""
+    service_cluster_ip_range: str = "10.96.0.0/12"
+    """`--service-cluster-ip-range`: Services' cluster IPs; its first address is the `kubernetes` Service's."""
+    service_node_port_range: str = "30000-32767"
+    """`--service-node-port-range`: the node ports of NodePort and LoadBalancer Services."""
+    advertise_address: str | None = None
+    """`--advertise-address`: the address in the `kubernetes` endpoints (None: the bind address, or
+    127.0.0.1 when that is unspecified)."""

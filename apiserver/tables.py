@@ -20,8 +20,13 @@ What clients depend on:
   column definitions every time and the object's resourceVersion.
 
 Kinds with a printer: Pod, Node, Namespace, Event, Lease, Deployment, ReplicaSet, DaemonSet,
-PriorityClass, ConfigMap, Service, PodDisruptionBudget. Every other kind gets the apiserver's
-default columns, Name and Created At.
+PriorityClass, ConfigMap, Service, PodDisruptionBudget, and (as kube-apiserver 1.33 prints them)
+Secret, ServiceAccount, Endpoints, EndpointSlice, PersistentVolumeClaim, PersistentVolume,
+ReplicationController, StatefulSet, ControllerRevision, Job, CronJob, HorizontalPodAutoscaler,
+Ingress, IngressClass, NetworkPolicy, StorageClass, RoleBinding, ClusterRoleBinding, the two
+webhook configurations and APIService (the aggregator's columns). Every other kind gets the
+apiserver's default columns, Name and Created At, as Role, ClusterRole and
+CustomResourceDefinition do upstream too.
 
 Time is the cluster's: callers pass `now` (cluster seconds) and nothing here reads a clock.
 """
@@ -29,12 +34,17 @@ Time is the cluster's: callers pass `now` (cluster seconds) and nothing here rea
 from __future__ import annotations
 
 import functools
+import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from kubemesh.apiserver.customresources.definitions import Column
+from kubemesh.apiserver.customresources.objects import custom_of
 from kubemesh.apiserver.discovery import parse_accept
 from kubemesh.services.machinery.clock import format_time, time_or_none
 from kubemesh.services.model.kinds import Kind, Obj
+from kubemesh.services.model.quantities import parse_quantity
 
 TABLE_API_VERSION: Final = "meta.k8s.io/v1"
 INCLUDE_OBJECT_POLICIES: Final = ("None", "Metadata", "Object")
@@ -160,6 +170,21 @@ _CONTAINERS_COL: Final = _col("Containers", "string", "The names of the template
 _IMAGES_COL: Final = _col("Images", "string", "The images of the template's containers.", priority=1)
 _SELECTOR_COL: Final = _col("Selector", "string", "The label selector of the pods it manages.", priority=1)
 
+_BINDING_COLUMNS: Final = (
+    _NAME_COL,
+    _col("Role", "string", "The role the binding grants, as kind/name."),
+    _AGE_COL,
+    _col("Users", "string", "The users the role is granted to.", priority=1),
+    _col("Groups", "string", "The groups the role is granted to.", priority=1),
+    _col("ServiceAccounts", "string", "The service accounts the role is granted to, as namespace/name.",
+         priority=1),
+)
+_WEBHOOK_COLUMNS: Final = (
+    _NAME_COL,
+    _col("Webhooks", "integer", "Number of webhooks the configuration registers."),
+    _AGE_COL,
+)
+
 _COLUMNS: Final[Mapping[tuple[str, str], tuple[Obj, ...]]] = {
     ("", "Pod"): (
         _NAME_COL,
@@ -267,6 +292,145 @@ _COLUMNS: Final[Mapping[tuple[str, str], tuple[Obj, ...]]] = {
         _col("Allowed Disruptions", "integer", "Pods that may be disrupted now."),
         _AGE_COL,
     ),
+    # -- kinds Helm charts and operators create (kube-apiserver 1.33's printers) -----------------
+    ("", "Secret"): (
+        _NAME_COL,
+        _col("Type", "string", "What the secret holds (Opaque, kubernetes.io/tls, ...), which fixes its keys."),
+        _col("Data", "string", "Number of keys in the secret's data."),
+        _AGE_COL,
+    ),
+    ("", "ServiceAccount"): (
+        _NAME_COL,
+        _col("Secrets", "string", "Number of secrets listed for the service account."),
+        _AGE_COL,
+    ),
+    ("", "Endpoints"): (
+        _NAME_COL,
+        _col("Endpoints", "string", "Addresses and ports of the endpoints, the first three of them."),
+        _AGE_COL,
+    ),
+    ("discovery.k8s.io", "EndpointSlice"): (
+        _NAME_COL,
+        _col("AddressType", "string", "The kind of address the slice carries: IPv4, IPv6 or FQDN."),
+        _col("Ports", "string", "The ports of the slice, the first three of them."),
+        _col("Endpoints", "string", "The addresses of the slice's endpoints, the first three of them."),
+        _AGE_COL,
+    ),
+    ("", "PersistentVolumeClaim"): (
+        _NAME_COL,
+        _col("Status", "string", "The claim's phase: Pending, Bound or Lost (Terminating while deleted)."),
+        _col("Volume", "string", "The persistent volume bound to the claim."),
+        _col("Capacity", "string", "The storage the bound volume provides."),
+        _col("Access Modes", "string", "The access modes the bound volume provides (RWO, ROX, RWX, RWOP)."),
+        _col("StorageClass", "string", "The storage class the claim asks for."),
+        _col("VolumeAttributesClass", "string", "The volume attributes class the claim asks for."),
+        _AGE_COL,
+        _col("VolumeMode", "string", "Whether the claim wants a filesystem or a raw block volume.", priority=1),
+    ),
+    ("", "PersistentVolume"): (
+        _NAME_COL,
+        _col("Capacity", "string", "The storage the volume provides."),
+        _col("Access Modes", "string", "The ways the volume can be mounted (RWO, ROX, RWX, RWOP)."),
+        _col("Reclaim Policy", "string", "What happens to the volume once its claim is released."),
+        _col("Status", "string", "The volume's phase: Available, Bound, Released or Failed."),
+        _col("Claim", "string", "The claim bound to the volume, as namespace/name."),
+        _col("StorageClass", "string", "The storage class the volume belongs to."),
+        _col("VolumeAttributesClass", "string", "The volume attributes class of the volume."),
+        _col("Reason", "string", "Why the volume is in its phase, when a reason is given."),
+        _AGE_COL,
+        _col("VolumeMode", "string", "Whether the volume is a filesystem or a raw block device.", priority=1),
+    ),
+    ("", "ReplicationController"): (
+        _NAME_COL,
+        _col("Desired", "integer", "The replicas the spec asks for."),
+        _col("Current", "integer", "The replicas that exist."),
+        _col("Ready", "integer", "The replicas that are ready."),
+        _AGE_COL,
+        _CONTAINERS_COL,
+        _IMAGES_COL,
+        _SELECTOR_COL,
+    ),
+    ("apps", "StatefulSet"): (
+        _NAME_COL,
+        _col("Ready", "string", "Ready replicas out of desired replicas."),
+        _AGE_COL,
+        _CONTAINERS_COL,
+        _IMAGES_COL,
+    ),
+    ("apps", "ControllerRevision"): (
+        _NAME_COL,
+        _col("Controller", "string", "The object that owns the revision, as kind.group/name."),
+        _col("Revision", "string", "The revision number of the stored state."),
+        _AGE_COL,
+    ),
+    ("batch", "Job"): (
+        _NAME_COL,
+        _col("Status", "string", "Where the job stands: Running, Complete, Failed, Suspended, ..."),
+        _col("Completions", "string", "Pods that succeeded out of the completions asked for."),
+        _col("Duration", "string", "How long the job ran, or has been running."),
+        _AGE_COL,
+        _CONTAINERS_COL,
+        _IMAGES_COL,
+        _SELECTOR_COL,
+    ),
+    ("batch", "CronJob"): (
+        _NAME_COL,
+        _col("Schedule", "string", "The cron schedule the jobs are created on."),
+        _col("Timezone", "string", "The time zone the schedule is read in."),
+        _col("Suspend", "boolean", "Whether creating further jobs is suspended."),
+        _col("Active", "integer", "Jobs of the cron job that are running."),
+        _col("Last Schedule", "string", "Time since a job was last scheduled."),
+        _AGE_COL,
+        _CONTAINERS_COL,
+        _IMAGES_COL,
+        _SELECTOR_COL,
+    ),
+    ("autoscaling", "HorizontalPodAutoscaler"): (
+        _NAME_COL,
+        _col("Reference", "string", "The object whose scale is managed, as kind/name."),
+        _col("Targets", "string", "Current and target values of the metrics scaling is based on."),
+        _col("MinPods", "string", "The fewest replicas the autoscaler scales down to."),
+        _col("MaxPods", "string", "The most replicas the autoscaler scales up to."),
+        _col("Replicas", "string", "The replicas the target had when last observed."),
+        _AGE_COL,
+    ),
+    ("networking.k8s.io", "Ingress"): (
+        _NAME_COL,
+        _col("Class", "string", "The IngressClass that implements the ingress."),
+        _col("Hosts", "string", "The hosts the rules match requests against."),
+        _col("Address", "string", "The load balancer's addresses for the ingress."),
+        _col("Ports", "string", "The ports the ingress serves: 80, and 443 with TLS."),
+        _AGE_COL,
+    ),
+    ("networking.k8s.io", "IngressClass"): (
+        _NAME_COL,
+        _col("Controller", "string", "The controller that implements ingresses of the class."),
+        _col("Parameters", "string", "The object holding the class's parameters, as kind.group/name."),
+        _AGE_COL,
+    ),
+    ("networking.k8s.io", "NetworkPolicy"): (
+        _NAME_COL,
+        _col("Pod-Selector", "string", "The pods the policy applies to."),
+        _AGE_COL,
+    ),
+    ("storage.k8s.io", "StorageClass"): (
+        _NAME_COL,  # with " (default)" after the name of the default class
+        _col("Provisioner", "string", "The volume plugin that provisions volumes of the class."),
+        _col("ReclaimPolicy", "string", "What happens to provisioned volumes once their claim is released."),
+        _col("VolumeBindingMode", "string", "When claims are bound and volumes provisioned."),
+        _col("AllowVolumeExpansion", "string", "Whether claims of the class may be resized."),
+        _AGE_COL,
+    ),
+    ("rbac.authorization.k8s.io", "RoleBinding"): _BINDING_COLUMNS,
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): _BINDING_COLUMNS,
+    ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"): _WEBHOOK_COLUMNS,
+    ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"): _WEBHOOK_COLUMNS,
+    ("apiregistration.k8s.io", "APIService"): (
+        _NAME_COL,
+        _col("Service", "string", "The service that serves the API, or Local when this apiserver does."),
+        _col("Available", "string", "Whether the API is available, with the reason when it is not."),
+        _AGE_COL,
+    ),
 }
 
 _DEFAULT_COLUMNS: Final = (
@@ -277,7 +441,50 @@ _DEFAULT_COLUMNS: Final = (
 
 def column_definitions(kind: Kind) -> tuple[Obj, ...]:
     """The Table columns of a kind (the default Name and Created At when it has no printer)."""
+    custom = custom_of(kind)
+    if custom is not None:
+        return _custom_columns(custom.columns)
     return _COLUMNS.get((kind.group, kind.kind), _DEFAULT_COLUMNS)
+
+
+# A custom resource prints Name and its CRD's additionalPrinterColumns, or Name and Age when it
+# declares none (apiextensions' table convertor).
+_CUSTOM_AGE: Final = _col("Age", "date", "CreationTimestamp is a timestamp representing the server time when "
+                          "this object was created.")
+
+
+@functools.lru_cache(maxsize=256)
+def _custom_columns(columns: tuple[Column, ...]) -> tuple[Obj, ...]:
+    if not columns:
+        return (_NAME_COL, _CUSTOM_AGE)
+    return (_NAME_COL, *(_col(c.name, c.type, c.description, priority=c.priority, fmt=c.format) for c in columns))
+
+
+def _custom_cell(column: Column, obj: Obj, now: float) -> Any:
+    values = column.path.values(obj)
+    if not values:
+        return None
+    if len(values) > 1:
+        return column.path.text(obj)
+    value = values[0]
+    if column.type == "date":  # printed as an age, as the apiserver's table convertor does
+        return _since(value, now) if isinstance(value, str) else None
+    if column.type == "integer" and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if column.type == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if column.type == "boolean" and isinstance(value, bool):
+        return value
+    if isinstance(value, (dict, list)):
+        return column.path.text(obj)
+    return value if isinstance(value, str) else _str(value)
+
+
+def _print_custom(columns: tuple[Column, ...], obj: Obj, now: float) -> Row:
+    meta = _dict(obj.get("metadata"))
+    if not columns:
+        return [_str(meta.get("name")), _age(obj, now)], None
+    return [_str(meta.get("name")), *(_custom_cell(c, obj, now) for c in columns)], None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,6 +536,103 @@ def _int_or_string(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return "N/A"
     return str(value)
+
+
+def _name(obj: Obj) -> str:
+    return _str(_dict(obj.get("metadata")).get("name"))
+
+
+def _at(obj: Any, *keys: str) -> Any:
+    """The value at a path of keys, or None where a level is missing or not an object."""
+    for key in keys:
+        obj = _dict(obj).get(key)
+    return obj
+
+
+def _or(value: Any, default: str) -> str:
+    """A string field that upstream keeps as a pointer: `default` when unset (absent or null)."""
+    return value if isinstance(value, str) else default
+
+
+def _some(entries: list[str], empty: str) -> str:
+    """The first three entries, then `+ N more...` (the printers' listWithMoreString); `empty` when none."""
+    text = ",".join(entries[:3])
+    if len(entries) > 3:
+        return f"{text} + {len(entries) - 3} more..."
+    return text or empty
+
+
+def _host_port(host: str, port: int) -> str:
+    """net.JoinHostPort: IPv6 addresses in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _load_balancer(status: Any) -> str:
+    """A load balancer status as its distinct IPs or hostnames, sorted (the Address column)."""
+    ingress = _list(_dict(_dict(status).get("loadBalancer")).get("ingress"))
+    found = {_str(_dict(i).get("ip")) or _str(_dict(i).get("hostname")) for i in ingress}
+    return ",".join(sorted(found - {""}))
+
+
+def _access_modes(modes: Any) -> str:
+    """Access modes abbreviated in a fixed order, duplicates dropped (GetAccessModesAsString)."""
+    present = set(_list(modes))
+    short = (("ReadWriteOnce", "RWO"), ("ReadOnlyMany", "ROX"), ("ReadWriteMany", "RWX"), ("ReadWriteOncePod", "RWOP"))
+    return ",".join(abbrev for mode, abbrev in short if mode in present)
+
+
+_BETA_STORAGE_CLASS: Final = "volume.beta.kubernetes.io/storage-class"
+
+
+def _storage_class(obj: Obj) -> str:
+    """The class of a volume or claim: the beta annotation first, then spec.storageClassName."""
+    annotations = _dict(_dict(obj.get("metadata")).get("annotations"))
+    if _BETA_STORAGE_CLASS in annotations:
+        return _str(annotations[_BETA_STORAGE_CLASS])
+    return _str(_dict(obj.get("spec")).get("storageClassName"))
+
+
+_BINARY_SUFFIXES: Final = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+_DECIMAL_SUFFIXES: Final = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+_EXPONENT_FORM: Final = re.compile(r"[eE][+-]?\d+$")
+
+
+def _quantity(value: Any) -> str:
+    """A quantity as `resource.Quantity.String()` prints it: canonical, in the notation it was written in.
+
+    A binary-suffixed amount of at least 1024 that is whole keeps the largest binary suffix that
+    divides it (`1024Mi` → `1Gi`, `1.5Gi` → `1536Mi`); anything else is decimal, its exponent a
+    multiple of three (`1000M` → `1G`, `0.5` → `500m`, `1e3` → `1e3`), rounded up to nano units.
+    Text that is no quantity, or too long or too far out to be worth the arithmetic, is printed
+    as it is.
+    """
+    if value is None or isinstance(value, bool):
+        return "0"
+    text = str(value).strip()
+    exponent_form = _EXPONENT_FORM.search(text)
+    if len(text) > 64 or (exponent_form is not None and abs(int(exponent_form.group()[1:])) > 64):
+        return text
+    try:
+        amount = parse_quantity(value)
+    except ValueError:
+        return text
+    sign = "-" if amount < 0 else ""
+    nanos = math.ceil(abs(amount) * 10**9)
+    if nanos == 0:
+        return "0"
+    if text.endswith("i") and nanos % 10**9 == 0 and nanos >= 1024 * 10**9:
+        whole, power = nanos // 10**9, 0
+        while whole % 1024 == 0 and power < len(_BINARY_SUFFIXES) - 1:
+            whole, power = whole // 1024, power + 1
+        return f"{sign}{whole}{_BINARY_SUFFIXES[power]}"
+    mantissa, exponent = nanos, -9
+    while mantissa % 10 == 0:
+        mantissa, exponent = mantissa // 10, exponent + 1
+    shift = exponent % 3
+    mantissa, exponent = mantissa * 10**shift, exponent - shift
+    if exponent_form is not None or exponent not in _DECIMAL_SUFFIXES:
+        return f"{sign}{mantissa}" + (f"e{exponent}" if exponent else "")
+    return f"{sign}{mantissa}{_DECIMAL_SUFFIXES[exponent]}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -702,6 +1006,382 @@ def _print_pdb(pdb: Obj, now: float) -> Row:
     return cells, None
 
 
+def _print_secret(secret: Obj, now: float) -> Row:
+    cells: list[Any] = [_name(secret), _str(secret.get("type")), len(_dict(secret.get("data"))), _age(secret, now)]
+    return cells, None
+
+
+def _print_serviceaccount(sa: Obj, now: float) -> Row:
+    return [_name(sa), len(_list(sa.get("secrets"))), _age(sa, now)], None
+
+
+def _print_endpoints(ep: Obj, now: float) -> Row:
+    """ENDPOINTS: `ip:port` for every address and port (bare IPs where a subset has no ports)."""
+    subsets = [_dict(s) for s in _list(ep.get("subsets"))]
+    entries: list[str] = []
+    for ss in subsets:
+        ips = [_str(_dict(a).get("ip")) for a in _list(ss.get("addresses"))]
+        ports = _list(ss.get("ports"))
+        if not ports:
+            entries += ips
+        for port in ports:
+            entries += [_host_port(ip, _int(_dict(port).get("port"))) for ip in ips]
+    return [_name(ep), _some(entries, "") if subsets else _NONE, _age(ep, now)], None
+
+
+def _print_endpointslice(eps: Obj, now: float) -> Row:
+    ports = [_dict(p) for p in _list(eps.get("ports"))]
+    port_texts = [str(_int(p["port"])) if p.get("port") is not None else _or(p.get("name"), "*") for p in ports]
+    addresses = [_str(a) for e in _list(eps.get("endpoints")) for a in _list(_dict(e).get("addresses"))]
+    cells: list[Any] = [
+        _name(eps),
+        _str(eps.get("addressType")),
+        _some(port_texts, "<unset>"),
+        _some(addresses, "<unset>"),
+        _age(eps, now),
+    ]
+    return cells, None
+
+
+def _volume_phase(obj: Obj) -> str:
+    if _dict(obj.get("metadata")).get("deletionTimestamp"):
+        return "Terminating"
+    return _str(_dict(obj.get("status")).get("phase"))
+
+
+def _print_pvc(pvc: Obj, now: float) -> Row:
+    """Capacity and access modes are the bound volume's, blank until the claim is bound."""
+    spec = _dict(pvc.get("spec"))
+    status = _dict(pvc.get("status"))
+    bound = bool(_str(spec.get("volumeName")))
+    cells: list[Any] = [
+        _name(pvc),
+        _volume_phase(pvc),
+        _str(spec.get("volumeName")),
+        _quantity(_dict(status.get("capacity")).get("storage")) if bound else "",
+        _access_modes(status.get("accessModes")) if bound else "",
+        _storage_class(pvc),
+        _or(spec.get("volumeAttributesClassName"), "<unset>"),
+        _age(pvc, now),
+        _or(spec.get("volumeMode"), "<unset>"),
+    ]
+    return cells, None
+
+
+def _print_pv(pv: Obj, now: float) -> Row:
+    spec = _dict(pv.get("spec"))
+    claim = spec.get("claimRef")
+    cells: list[Any] = [
+        _name(pv),
+        _quantity(_dict(spec.get("capacity")).get("storage")),
+        _access_modes(spec.get("accessModes")),
+        _str(spec.get("persistentVolumeReclaimPolicy")),
+        _volume_phase(pv),
+        f"{_str(_dict(claim).get('namespace'))}/{_str(_dict(claim).get('name'))}" if isinstance(claim, dict) else "",
+        _storage_class(pv),
+        _or(spec.get("volumeAttributesClassName"), "<unset>"),
+        _str(_dict(pv.get("status")).get("reason")),
+        _age(pv, now),
+        _or(spec.get("volumeMode"), "<unset>"),
+    ]
+    return cells, None
+
+
+def _desired_replicas(obj: Obj) -> int:
+    """spec.replicas, which defaults to 1."""
+    spec = _dict(obj.get("spec"))
+    return _int(spec.get("replicas")) if "replicas" in spec else 1
+
+
+def _print_replicationcontroller(rc: Obj, now: float) -> Row:
+    status = _dict(rc.get("status"))
+    names, images = _containers(_template_spec(rc))
+    cells: list[Any] = [
+        _name(rc),
+        _desired_replicas(rc),
+        _int(status.get("replicas")),
+        _int(status.get("readyReplicas")),
+        _age(rc, now),
+        names,
+        images,
+        _format_labels(_dict(rc.get("spec")).get("selector")),
+    ]
+    return cells, None
+
+
+def _print_statefulset(sts: Obj, now: float) -> Row:
+    ready = _int(_dict(sts.get("status")).get("readyReplicas"))
+    names, images = _containers(_template_spec(sts))
+    return [_name(sts), f"{ready}/{_desired_replicas(sts)}", _age(sts, now), names, images], None
+
+
+def _controller_of(meta: dict[str, Any]) -> str:
+    """The controlling owner as `kind.group/name` in lower case (`statefulset.apps/web`), `<none>` if none."""
+    for raw in _list(meta.get("ownerReferences")):
+        ref = _dict(raw)
+        if ref.get("controller") is not True:
+            continue
+        api_version, kind = _str(ref.get("apiVersion")), _str(ref.get("kind"))
+        group = api_version.rpartition("/")[0]
+        group_kind = f"{kind}.{group}" if group else kind
+        return f"{group_kind.lower()}/{_str(ref.get('name'))}" if group_kind else _str(ref.get("name"))
+    return _NONE
+
+
+def _print_controllerrevision(cr: Obj, now: float) -> Row:
+    meta = _dict(cr.get("metadata"))
+    return [_name(cr), _controller_of(meta), _int(cr.get("revision")), _age(cr, now)], None
+
+
+def _job_status(job: Obj) -> str:
+    conditions = _dict(job.get("status")).get("conditions")
+    if _condition_true(conditions, "Complete"):
+        return "Complete"
+    if _condition_true(conditions, "Failed"):
+        return "Failed"
+    if _dict(job.get("metadata")).get("deletionTimestamp"):
+        return "Terminating"
+    if _condition_true(conditions, "Suspended"):
+        return "Suspended"
+    if _condition_true(conditions, "FailureTarget"):
+        return "FailureTarget"
+    return "Running"
+
+
+def _job_completions(spec: dict[str, Any], succeeded: int) -> str:
+    """`3/5` for a job with completions; `0/1`, or `0/1 of 4` for a work queue with parallelism 4."""
+    if spec.get("completions") is not None:
+        return f"{succeeded}/{_int(spec['completions'])}"
+    parallelism = _int(spec.get("parallelism"))
+    return f"{succeeded}/1 of {parallelism}" if parallelism > 1 else f"{succeeded}/1"
+
+
+def _job_duration(status: dict[str, Any], now: float) -> str:
+    """From start to completion, or to now while the job runs; blank before it starts."""
+    start = time_or_none(status.get("startTime"))
+    if start is None:
+        return ""
+    end = time_or_none(status.get("completionTime"))
+    return human_duration((now if end is None else end) - start)
+
+
+def _print_job(job: Obj, now: float) -> Row:
+    spec = _dict(job.get("spec"))
+    status = _dict(job.get("status"))
+    names, images = _containers(_template_spec(job))
+    cells: list[Any] = [
+        _name(job),
+        _job_status(job),
+        _job_completions(spec, _int(status.get("succeeded"))),
+        _job_duration(status, now),
+        _age(job, now),
+        names,
+        images,
+        _format_selector(spec.get("selector")),
+    ]
+    return cells, None
+
+
+def _bool_text(value: Any) -> str:
+    """A *bool field as printBoolPtr writes it: True, False or <unset>."""
+    return ("True" if value else "False") if isinstance(value, bool) else "<unset>"
+
+
+def _print_cronjob(cj: Obj, now: float) -> Row:
+    spec = _dict(cj.get("spec"))
+    status = _dict(cj.get("status"))
+    job_spec = _dict(_dict(spec.get("jobTemplate")).get("spec"))
+    names, images = _containers(_at(job_spec, "template", "spec"))
+    last = _since(status["lastScheduleTime"], now) if status.get("lastScheduleTime") is not None else _NONE
+    cells: list[Any] = [
+        _name(cj),
+        _str(spec.get("schedule")),
+        _or(spec.get("timeZone"), _NONE),
+        _bool_text(spec.get("suspend")),
+        len(_list(status.get("active"))),
+        last,
+        _age(cj, now),
+        names,
+        images,
+        _format_selector(job_spec.get("selector")),
+    ]
+    return cells, None
+
+
+def _quantity_or_nil(value: Any) -> str:
+    """A *Quantity's String(): `<nil>` when unset."""
+    return "<nil>" if value is None else _quantity(value)
+
+
+_HPA_SOURCES: Final = {"Resource": "resource", "ContainerResource": "containerResource", "Pods": "pods",
+                       "Object": "object", "External": "external"}
+
+
+def _hpa_metric(spec: dict[str, Any], status: dict[str, Any] | None) -> str:
+    """One TARGETS entry, `current/target` (`cpu: 40%/80%`, `2/5 (avg)`), `<unknown>` before a reading."""
+    type_ = _str(spec.get("type"))
+    source = _HPA_SOURCES.get(type_)
+    if source is None:
+        return "<unknown type>"
+    target = _dict(_at(spec, source, "target"))
+    reading = status.get(source) if status is not None else None
+    seen = isinstance(reading, dict)
+    current = _dict(_dict(reading).get("current"))
+    if type_ in ("Resource", "ContainerResource"):
+        name = _str(_at(spec, source, "name"))
+        if target.get("averageValue") is not None:
+            now_value = _quantity_or_nil(current.get("averageValue")) if seen else _UNKNOWN
+            return f"{name}: {now_value}/{_quantity(target['averageValue'])}"
+        used, goal = current.get("averageUtilization"), target.get("averageUtilization")
+        now_value = f"{_int(used)}%" if seen and used is not None else _UNKNOWN
+        return f"{name}: {now_value}/{f'{_int(goal)}%' if goal is not None else '<auto>'}"
+    if type_ == "Pods":
+        now_value = _quantity_or_nil(current.get("averageValue")) if seen else _UNKNOWN
+        return f"{now_value}/{_quantity_or_nil(target.get('averageValue'))}"
+    # Object and External: an average per pod, or a total value.
+    if target.get("averageValue") is not None:
+        average = current.get("averageValue")
+        now_value = _quantity(average) if seen and average is not None else _UNKNOWN
+        return f"{now_value}/{_quantity(target['averageValue'])} (avg)"
+    now_value = _quantity_or_nil(current.get("value")) if seen else _UNKNOWN
+    return f"{now_value}/{_quantity_or_nil(target.get('value'))}"
+
+
+def _hpa_targets(specs: list[Any], statuses: list[Any]) -> str:
+    """Every metric's entry (the first two, then `+ N more...`), `<none>` without metrics."""
+    if not specs:
+        return _NONE
+    entries = [
+        _hpa_metric(_dict(spec), _dict(statuses[i]) if i < len(statuses) else None) for i, spec in enumerate(specs)
+    ]
+    text = ", ".join(entries[:2])
+    return f"{text} + {len(entries) - 2} more..." if len(entries) > 2 else text
+
+
+def _print_hpa(hpa: Obj, now: float) -> Row:
+    spec = _dict(hpa.get("spec"))
+    status = _dict(hpa.get("status"))
+    ref = _dict(spec.get("scaleTargetRef"))
+    min_pods = spec.get("minReplicas")
+    cells: list[Any] = [
+        _name(hpa),
+        f"{_str(ref.get('kind'))}/{_str(ref.get('name'))}",
+        _hpa_targets(_list(spec.get("metrics")), _list(status.get("currentMetrics"))),
+        str(_int(min_pods)) if min_pods is not None else "<unset>",
+        _int(spec.get("maxReplicas")),
+        _int(status.get("currentReplicas")),
+        _age(hpa, now),
+    ]
+    return cells, None
+
+
+def _ingress_hosts(rules: list[Any]) -> str:
+    """The first three rule hosts, `*` when no rule names one; `+ N more...` counts the rules left."""
+    hosts: list[str] = []
+    more = False
+    for rule in rules:
+        more = more or len(hosts) == 3
+        host = _str(_dict(rule).get("host"))
+        if host and not more:
+            hosts.append(host)
+    if not hosts:
+        return "*"
+    return f"{','.join(hosts)} + {len(rules) - 3} more..." if more else ",".join(hosts)
+
+
+def _print_ingress(ing: Obj, now: float) -> Row:
+    spec = _dict(ing.get("spec"))
+    cells: list[Any] = [
+        _name(ing),
+        _or(spec.get("ingressClassName"), _NONE),
+        _ingress_hosts(_list(spec.get("rules"))),
+        _load_balancer(ing.get("status")),
+        "80, 443" if _list(spec.get("tls")) else "80",
+        _age(ing, now),
+    ]
+    return cells, None
+
+
+def _print_ingressclass(ic: Obj, now: float) -> Row:
+    spec = _dict(ic.get("spec"))
+    params = spec.get("parameters")
+    parameters = _NONE
+    if isinstance(params, dict):
+        group = params.get("apiGroup")
+        kind = _str(params.get("kind")) + (f".{group}" if isinstance(group, str) else "")
+        parameters = f"{kind}/{_str(params.get('name'))}"
+    return [_name(ic), _str(spec.get("controller")), parameters, _age(ic, now)], None
+
+
+def _print_networkpolicy(np: Obj, now: float) -> Row:
+    selector = _format_selector(_dict(np.get("spec")).get("podSelector"))
+    return [_name(np), selector, _age(np, now)], None
+
+
+_DEFAULT_CLASS_ANNOTATIONS: Final = (
+    "storageclass.kubernetes.io/is-default-class",
+    "storageclass.beta.kubernetes.io/is-default-class",
+)
+
+
+def _print_storageclass(sc: Obj, now: float) -> Row:
+    annotations = _dict(_dict(sc.get("metadata")).get("annotations"))
+    default = any(annotations.get(a) == "true" for a in _DEFAULT_CLASS_ANNOTATIONS)
+    cells: list[Any] = [
+        _name(sc) + (" (default)" if default else ""),
+        _str(sc.get("provisioner")),
+        _or(sc.get("reclaimPolicy"), "Delete"),
+        _or(sc.get("volumeBindingMode"), "Immediate"),
+        sc.get("allowVolumeExpansion") is True,
+        _age(sc, now),
+    ]
+    return cells, None
+
+
+def _subjects(subjects: Any) -> tuple[str, str, str]:
+    """Users, groups and service accounts (`namespace/name`) of a binding, each joined with `, `."""
+    users: list[str] = []
+    groups: list[str] = []
+    accounts: list[str] = []
+    for raw in _list(subjects):
+        s = _dict(raw)
+        name = _str(s.get("name"))
+        if s.get("kind") == "User":
+            users.append(name)
+        elif s.get("kind") == "Group":
+            groups.append(name)
+        elif s.get("kind") == "ServiceAccount":
+            accounts.append(f"{_str(s.get('namespace'))}/{name}")
+    return ", ".join(users), ", ".join(groups), ", ".join(accounts)
+
+
+def _print_binding(binding: Obj, now: float) -> Row:
+    """A RoleBinding or ClusterRoleBinding."""
+    ref = _dict(binding.get("roleRef"))
+    role = f"{_str(ref.get('kind'))}/{_str(ref.get('name'))}"
+    return [_name(binding), role, _age(binding, now), *_subjects(binding.get("subjects"))], None
+
+
+def _print_webhooks(config: Obj, now: float) -> Row:
+    """A Validating- or MutatingWebhookConfiguration."""
+    return [_name(config), len(_list(config.get("webhooks"))), _age(config, now)], None
+
+
+def _print_apiservice(svc: Obj, now: float) -> Row:
+    ref = _dict(svc.get("spec")).get("service")
+    service = "Local"
+    if isinstance(ref, dict):
+        service = f"{_str(ref.get('namespace'))}/{_str(ref.get('name'))}"
+    available = "Unknown"
+    for raw in _list(_dict(svc.get("status")).get("conditions")):
+        c = _dict(raw)
+        if c.get("type") == "Available":
+            status, reason = _str(c.get("status")), _str(c.get("reason"))
+            available = f"{status} ({reason})" if status != "True" and reason else status
+            break
+    return [_name(svc), service, available, _age(svc, now)], None
+
+
 def _print_default(obj: Obj, now: float) -> Row:
     meta = _dict(obj.get("metadata"))
     created = time_or_none(meta.get("creationTimestamp"))
@@ -721,6 +1401,27 @@ _PRINTERS: Final[Mapping[tuple[str, str], _Printer]] = {
     ("apps", "DaemonSet"): _print_daemonset,
     ("scheduling.k8s.io", "PriorityClass"): _print_priorityclass,
     ("policy", "PodDisruptionBudget"): _print_pdb,
+    ("", "Secret"): _print_secret,
+    ("", "ServiceAccount"): _print_serviceaccount,
+    ("", "Endpoints"): _print_endpoints,
+    ("discovery.k8s.io", "EndpointSlice"): _print_endpointslice,
+    ("", "PersistentVolumeClaim"): _print_pvc,
+    ("", "PersistentVolume"): _print_pv,
+    ("", "ReplicationController"): _print_replicationcontroller,
+    ("apps", "StatefulSet"): _print_statefulset,
+    ("apps", "ControllerRevision"): _print_controllerrevision,
+    ("batch", "Job"): _print_job,
+    ("batch", "CronJob"): _print_cronjob,
+    ("autoscaling", "HorizontalPodAutoscaler"): _print_hpa,
+    ("networking.k8s.io", "Ingress"): _print_ingress,
+    ("networking.k8s.io", "IngressClass"): _print_ingressclass,
+    ("networking.k8s.io", "NetworkPolicy"): _print_networkpolicy,
+    ("storage.k8s.io", "StorageClass"): _print_storageclass,
+    ("rbac.authorization.k8s.io", "RoleBinding"): _print_binding,
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): _print_binding,
+    ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"): _print_webhooks,
+    ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"): _print_webhooks,
+    ("apiregistration.k8s.io", "APIService"): _print_apiservice,
 }
 
 
@@ -741,8 +1442,12 @@ def _row_object(kind: Kind, obj: Obj, include_object: str) -> Obj | None:
 
 
 def _row(kind: Kind, obj: Obj, now: float, include_object: str) -> Obj:
-    printer = _PRINTERS.get((kind.group, kind.kind), _print_default)
-    cells, conditions = printer(obj, now)
+    custom = custom_of(kind)
+    if custom is not None:
+        cells, conditions = _print_custom(custom.columns, obj, now)
+    else:
+        printer = _PRINTERS.get((kind.group, kind.kind), _print_default)
+        cells, conditions = printer(obj, now)
     row: Obj = {"cells": cells}
     if conditions:
         row["conditions"] = conditions
@@ -784,7 +1489,8 @@ def to_table(
         "kind": "Table",
         "apiVersion": TABLE_API_VERSION,
         "metadata": metadata,
-        "columnDefinitions": _column_list(kind.group, kind.kind),
+        "columnDefinitions": list(column_definitions(kind)) if kind.custom is not None
+        else _column_list(kind.group, kind.kind),
         "rows": [_row(kind, obj, now, include_object) for obj in objects],
     }
 

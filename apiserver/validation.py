@@ -1,14 +1,16 @@
 """Validation of objects written to the apiserver: names, unknown fields and required shape.
 
-Three checks, each returning data the request layer turns into a `metav1.Status`:
+Three checks and a decode, each returning data the request layer turns into a `metav1.Status`:
 
 * `validate_name(kind, name)`: the rule Kubernetes applies to `metadata.name` of that kind
   (DNS-1123 label for namespaces, DNS-1035 label for services, DNS-1123 subdomain otherwise).
   Returns the message of the `metadata.name` cause (`Invalid value: "X": ...`) or None. The
   apiserver answers 422 with `<Kind> "<name>" is invalid: metadata.name: <message>`.
-* `unknown_fields(kind, obj)`: the paths (`spec.containers[0].foo`) of fields the kind's schema
-  does not have, for `fieldValidation=Strict` (kubectl's default): the apiserver answers 400
-  `strict decoding error: unknown field "spec.foo"`. The schema is `schema.json`, generated at
+* `decode_typed(kind, obj)`: the object as kube-apiserver's typed decode leaves it (unknown
+  fields and nulls dropped) and the paths (`spec.containers[0].foo`) of the unknown fields, which
+  the apiserver reports as warnings (`fieldValidation=Warn`, the default) or answers with a 400
+  `strict decoding error: unknown field "spec.foo"` (`Strict`, kubectl's default);
+  `unknown_fields(kind, obj)` is only the paths. The schema is `schema.json`, generated at
   development time from the official client's models by `scripts/gen_schema.py`; maps with free
   keys (labels, annotations, data, resource lists, nodeSelector, capacity...) accept any key, and
   kinds without a schema accept everything.
@@ -30,8 +32,10 @@ import re
 from collections.abc import Mapping
 from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any, Final, TypedDict
+from typing import Any, Final
 
+from kubemesh.apiserver import fielderrors
+from kubemesh.apiserver.fielderrors import Cause
 from kubemesh.services.model.kinds import Kind, Obj
 from kubemesh.services.model.selectors import (
     LabelSelector,
@@ -41,15 +45,7 @@ from kubemesh.services.model.selectors import (
     validate_label_value,
 )
 
-__all__ = ["Cause", "unknown_fields", "validate_name", "validate_object"]
-
-
-class Cause(TypedDict):
-    """One entry of `Status.details.causes`."""
-
-    reason: str
-    message: str
-    field: str
+__all__ = ["Cause", "decode_typed", "unknown_fields", "validate_name", "validate_object"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,13 +69,7 @@ _DNS1035_RULE: Final = (
 )
 
 
-def _show(value: Any) -> str:
-    """A value as causes print it: JSON, cut short."""
-    try:
-        text = json.dumps(value, sort_keys=True, default=str)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."
+_show = fielderrors.show
 
 
 @lru_cache(maxsize=65536)
@@ -129,39 +119,21 @@ _SCHEMA_PATH: Final = Path(__file__).with_name("schema.json")
 
 
 @cache
+def _document() -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(_SCHEMA_PATH.read_text())
+    return doc
+
+
+@cache
 def _schema() -> tuple[dict[str, str], dict[str, dict[str, str]]]:
-    doc = json.loads(_SCHEMA_PATH.read_text())
+    doc = _document()
     return doc["kinds"], doc["types"]
 
 
-def _walk_type(value: Mapping[str, Any], type_name: str, path: str, out: list[str]) -> None:
-    fields = _schema()[1].get(type_name)
-    if fields is None:
-        return
-    for key, sub in value.items():
-        here = f"{path}.{key}" if path else str(key)
-        code = fields.get(key)
-        if code is None:
-            out.append(here)
-        elif code and sub is not None:
-            _walk_value(sub, code, here, out)
-
-
-def _walk_value(value: Any, code: str, path: str, out: list[str]) -> None:
-    """Descend into `value` whose schema code is `code` (see scripts/gen_schema.py)."""
-    head, rest = code[0], code[1:]
-    if head == "[":
-        if rest and isinstance(value, list):
-            for i, item in enumerate(value):
-                if isinstance(item, dict):
-                    _walk_type(item, rest, f"{path}[{i}]", out)
-    elif head == "{":
-        if rest and isinstance(value, dict):
-            for key, item in value.items():
-                if isinstance(item, dict):
-                    _walk_type(item, rest, f"{path}[{key}]", out)
-    elif isinstance(value, dict):
-        _walk_type(value, code, path, out)
+def model_types() -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """(kind -> model name, model name -> {field: type as the official client spells it}), from schema.json."""
+    doc = _document()
+    return doc["kinds"], doc["fieldTypes"]
 
 
 def unknown_fields(kind: Kind | str, obj: Obj) -> list[str]:
@@ -169,50 +141,114 @@ def unknown_fields(kind: Kind | str, obj: Obj) -> list[str]:
 
     `kind` may also be the name of a body type without a Kind (`Eviction`, `Scale`, `DeleteOptions`).
     """
-    name = kind if isinstance(kind, str) else kind.kind
-    type_name = _schema()[0].get(name)
+    return decode_typed(kind, obj)[1]
+
+
+def decode_typed(kind: Kind | str, obj: Obj) -> tuple[Obj, list[str]]:
+    """What kube-apiserver's typed decode keeps of `obj`, and the unknown fields it dropped.
+
+    A built-in object is decoded into a Go struct and encoded again: a field the struct lacks is
+    dropped (and reported: a `Warning`, or a 400 under `fieldValidation=Strict`), and a `null` is
+    the field's zero value, which the encoder leaves out. So `creationTimestamp: null` in a pod
+    template and no `creationTimestamp` are the same object, with the same pod-template hash,
+    as they are upstream (`kubectl rollout undo` sends the former). Unknown fields' paths are
+    dotted, in document order. Values inside fields the schema does not describe (`code` "")
+    are kept as they are.
+
+    Copy-on-write: neither `obj` nor any of its parts is changed; what changes is copied along
+    its path, so parts `obj` shares with a stored object (a patch's result does) stay as they
+    are, and an object with nothing to drop is returned itself.
+    """
+    type_name = _schema()[0].get(kind if isinstance(kind, str) else kind.kind)
     out: list[str] = []
-    if type_name is not None:
-        _walk_type(obj, type_name, "", out)
-    return out
+    if type_name is None:
+        return obj, out
+    if _clean(obj, type_name):
+        return obj, out  # the common case, found without building a path or a copy
+    typed: Obj = _typed(obj, type_name, "", out)
+    return typed, out
+
+
+def _clean(value: Mapping[str, Any], type_name: str) -> bool:
+    """Whether a typed decode would leave `value` as it is (no unknown field, no null)."""
+    fields = _schema()[1].get(type_name)
+    if fields is None:
+        return True
+    for key, sub in value.items():
+        code = fields.get(key)
+        if code is None or sub is None:
+            return False
+        if not code:
+            continue
+        head = code[0]
+        if head == "[":
+            if len(code) > 1 and isinstance(sub, list):
+                rest = code[1:]
+                if not all(_clean(item, rest) for item in sub if isinstance(item, dict)):
+                    return False
+        elif head == "{":
+            if len(code) > 1 and isinstance(sub, dict):
+                rest = code[1:]
+                if not all(_clean(item, rest) for item in sub.values() if isinstance(item, dict)):
+                    return False
+        elif isinstance(sub, dict) and not _clean(sub, code):
+            return False
+    return True
+
+
+def _typed(value: Mapping[str, Any], type_name: str, path: str, out: list[str]) -> Any:
+    fields = _schema()[1].get(type_name)
+    if fields is None:
+        return value
+    changed: dict[str, Any] | None = None
+    for key, sub in value.items():
+        code = fields.get(key)
+        if code is None or sub is None:
+            if code is None:
+                out.append(f"{path}.{key}" if path else str(key))
+            if changed is None:
+                changed = dict(value)
+            del changed[key]
+        elif code:
+            new = _typed_value(sub, code, f"{path}.{key}" if path else str(key), out)
+            if new is not sub:
+                if changed is None:
+                    changed = dict(value)
+                changed[key] = new
+    return value if changed is None else changed
+
+
+def _typed_value(value: Any, code: str, path: str, out: list[str]) -> Any:
+    head, rest = code[0], code[1:]
+    if head == "[":
+        if rest and isinstance(value, list):
+            items = [_typed(item, rest, f"{path}[{i}]", out) if isinstance(item, dict) else item
+                     for i, item in enumerate(value)]
+            if any(a is not b for a, b in zip(items, value, strict=True)):
+                return items
+        return value
+    if head == "{":
+        if rest and isinstance(value, dict):
+            entries = {k: _typed(item, rest, f"{path}[{k}]", out) if isinstance(item, dict) else item
+                       for k, item in value.items()}
+            if any(entries[k] is not value[k] for k in value):
+                return entries
+        return value
+    if isinstance(value, dict):
+        return _typed(value, code, path, out)
+    return value
 
 
 # ---------------------------------------------------------------------------------------------
 # Object validation.
 
 
-def _required(field: str) -> Cause:
-    return {"reason": "FieldValueRequired", "message": "Required value", "field": field}
-
-
-def _invalid(field: str, value: Any, detail: str) -> Cause:
-    message = f"Invalid value: {_show(value)}: {detail}"
-    return {"reason": "FieldValueInvalid", "message": message, "field": field}
-
-
-def _type(field: str, value: Any, expected: str) -> Cause:
-    return {
-        "reason": "FieldValueTypeInvalid",
-        "message": f"Invalid value: {_show(value)}: must be of type {expected}",
-        "field": field,
-    }
-
-
-def _unsupported(field: str, value: Any, supported: tuple[str, ...]) -> Cause:
-    listed = ", ".join(f'"{s}"' for s in supported)
-    return {
-        "reason": "FieldValueNotSupported",
-        "message": f"Unsupported value: {_show(value)}: supported values: {listed}",
-        "field": field,
-    }
-
-
-def _duplicate(field: str, value: Any) -> Cause:
-    return {"reason": "FieldValueDuplicate", "message": f"Duplicate value: {_show(value)}", "field": field}
-
-
-def _forbidden(field: str, detail: str) -> Cause:
-    return {"reason": "FieldValueForbidden", "message": f"Forbidden: {detail}", "field": field}
+_required = fielderrors.required
+_invalid = fielderrors.invalid
+_type = fielderrors.type_invalid
+_unsupported = fielderrors.not_supported
+_duplicate = fielderrors.duplicate
+_forbidden = fielderrors.forbidden
 
 
 def _at(parent: str, key: str) -> str:
@@ -755,6 +791,8 @@ def validate_object(kind: Kind, obj: Obj, *, spec_known_valid: bool = False) -> 
     """
     check = _Checker()
     check.metadata(obj)
+    if kind.custom is not None:
+        return check.causes  # a custom resource: its CRD's schema checks the rest (customresources.objects)
     for part in ("spec", "status"):
         value = obj.get(part)
         if value is not None and not isinstance(value, dict):

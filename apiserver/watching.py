@@ -47,6 +47,7 @@ import msgpack
 import orjson
 import structlog
 
+from kubemesh.apiserver.customresources import objects as customobjects
 from kubemesh.apiserver.history import Seen
 from kubemesh.apiserver.storage import EventType, Store
 from kubemesh.services.model.codec import Encoding
@@ -317,6 +318,8 @@ class Watcher:
         self._flusher = flusher
         self.sink: Sink | None = None
         """The connection, for the direct path (set by the server once the response is started)."""
+        self.converts = getattr(kind.custom, "storage_api_version", kind.api_version) != kind.api_version
+        """A custom resource watched at another version than it is stored at: frames are its own."""
         self.direct = False
         """Whether new items are written by the flusher (True) or by the stream's task."""
 
@@ -414,6 +417,9 @@ class Watcher:
         if self.table_row is not None:
             obj = event.object_for(use_prev=use_prev)
             return encode_event(type_, self.table_row(self.kind, obj), "json")
+        if self.converts:
+            return encode_event(type_, customobjects.at_version(self.kind, event.object_for(use_prev=use_prev)),
+                                self.encoding)
         return event.frame(type_, self.encoding, use_prev=use_prev)
 
     @property
@@ -623,7 +629,7 @@ class WatchHub:
                 if w.table_row is not None:
                     w.add_initial(encode_event("ADDED", w.table_row(kind, obj), "json"))
                 else:
-                    w.add_initial(encode_event("ADDED", obj, w.encoding))
+                    w.add_initial(encode_event("ADDED", customobjects.at_version(kind, obj), w.encoding))
             if send_initial_events:
                 w.initial_end_rv = self.store.revision
                 if not w.initial:
@@ -702,6 +708,11 @@ class WatchHub:
             elif event.prev is not None:
                 state[key] = event.prev
         return state
+
+    def close_resource(self, resource: str, reason: str) -> None:
+        """End every stream of a resource that stopped being served (its CRD was deleted)."""
+        for w in tuple(self._general.pop(resource, ())):
+            w.close(reason)
 
     def close_all(self, reason: str) -> None:
         """Close every stream (server shutdown)."""

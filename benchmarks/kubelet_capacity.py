@@ -419,7 +419,7 @@ async def run_step(nodes: int, args: argparse.Namespace, log_dir: Path) -> dict[
     server = ServerProcess.start("apiserver", cores=api_cores, log_dir=log_dir)
     admin_port = free_port()
     kubelet_log = log_dir / f"kubelet-{nodes}-{args.pod_watch}.log"
-    kubelet = start_component("kubelet", [
+    kubelet = start_component("kubemesh.kubelet", [
         "--apiserver", server.base, "--nodes", str(nodes), "--pod-watch", args.pod_watch,
         "--log-level", "warning", "--admin-port", str(admin_port), "--instance", "kubelet-bench",
         "--seed", "1", "--startup-timeout", "60"], log_path=kubelet_log, cores=load_cores)

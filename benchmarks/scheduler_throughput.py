@@ -197,7 +197,7 @@ async def run_case(nodes: int, kind: str, mode: str, args: argparse.Namespace, l
         admin_port = free_port()
 
         def start_scheduler() -> Any:
-            return start_component("scheduler", [
+            return start_component("kubemesh.scheduler", [
                 "--apiserver", server.base, "--log-level", "warning", "--admin-port", str(admin_port),
                 "--instance", "scheduler-bench", "--seed", "1"], log_path=sched_log, cores=load_cores)
 

@@ -9,13 +9,20 @@ from __future__ import annotations
 from typing import Final
 
 from kubemesh.controller_manager import (
+    cronjob,
     daemonset,
     deployment,
+    endpoints,
+    endpointslices,
     garbagecollector,
+    job,
+    namespace,
     nodelifecycle,
     podgc,
     replicaset,
+    statefulset,
     tainteviction,
+    ttlafterfinished,
 )
 from kubemesh.controller_manager.controllers import ControllerSpec
 
@@ -27,6 +34,13 @@ CONTROLLERS: Final[tuple[ControllerSpec, ...]] = (
     garbagecollector.CONTROLLER,
     podgc.CONTROLLER,
     daemonset.CONTROLLER,
+    namespace.CONTROLLER,
+    job.CONTROLLER,
+    cronjob.CONTROLLER,
+    ttlafterfinished.CONTROLLER,
+    statefulset.CONTROLLER,
+    endpoints.CONTROLLER,
+    endpointslices.CONTROLLER,
 )
 
 ALL_CONTROLLERS: Final[tuple[str, ...]] = tuple(spec.name for spec in CONTROLLERS)

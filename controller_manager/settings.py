@@ -68,6 +68,61 @@ class WorkloadSettings:
     deployment_workers: int = 5
     daemonset_workers: int = 2
     gc_workers: int = 20
+    namespace_workers: int = 10
+    """`--concurrent-namespace-syncs`."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchSettings:
+    """Job, CronJob and TTL-after-finished controller constants (upstream names in comments)."""
+
+    job_workers: int = 5
+    """`--concurrent-job-syncs`."""
+    cronjob_workers: int = 5
+    """`--concurrent-cron-job-syncs`."""
+    ttl_after_finished_workers: int = 5
+    """`--concurrent-ttl-after-finished-syncs`."""
+    job_sync_batch_period: float = 1.0
+    """Pod events and status-only Job updates sync the Job after this delay (upstream
+    `syncJobBatchPeriod`), so that a burst of pod changes costs one sync."""
+    pod_failure_backoff: float = 10.0
+    """Delay before replacing a failed pod, doubling per consecutive failure (upstream
+    `DefaultJobPodFailureBackOff`) ..."""
+    max_pod_failure_backoff: float = 600.0
+    """... up to this cap (upstream `MaxJobPodFailureBackOff`)."""
+    max_uncounted_pods: int = 500
+    """Most pod uids in `status.uncountedTerminatedPods` at once (upstream `MaxUncountedPods`)."""
+    max_pod_create_delete_per_sync: int = 500
+    """Most pods a Job creates or deletes in one sync (upstream `MaxPodCreateDeletePerSync`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatefulSetSettings:
+    """StatefulSet controller constants."""
+
+    statefulset_workers: int = 5
+    """`--concurrent-statefulset-syncs`."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndpointSettings:
+    """Endpoints and EndpointSlice controller constants (upstream flags in comments)."""
+
+    endpoint_workers: int = 5
+    """`--concurrent-endpoint-syncs`."""
+    endpointslice_workers: int = 5
+    """`--concurrent-service-endpoint-syncs`."""
+    max_endpoints_per_slice: int = 100
+    """`--max-endpoints-per-slice` (1 to 1000)."""
+    endpoint_updates_batch_period: float = 0.0
+    """`--endpoint-updates-batch-period`: pod changes sync their Services after this delay (0: at once)."""
+    endpointslice_updates_batch_period: float = 0.0
+    """`--endpointslice-updates-batch-period`: the same for the EndpointSlice controller."""
+    max_endpoints_capacity: int = 1000
+    """Most addresses in one Endpoints object (upstream `maxCapacity`); beyond, it is truncated."""
+    endpointslice_change_min_sync_delay: float = 1.0
+    """A change of a managed EndpointSlice by someone else syncs its Service after this delay
+    (upstream `endpointSliceChangeMinSyncDelay`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +136,9 @@ class ControllerManagerSettings:
     node_lifecycle: NodeLifecycleSettings = field(default_factory=NodeLifecycleSettings)
     podgc: PodGCSettings = field(default_factory=PodGCSettings)
     workloads: WorkloadSettings = field(default_factory=WorkloadSettings)
+    batch: BatchSettings = field(default_factory=BatchSettings)
+    statefulset: StatefulSetSettings = field(default_factory=StatefulSetSettings)
+    endpoints: EndpointSettings = field(default_factory=EndpointSettings)
 
     def enabled(self, controller: str) -> bool:
         """Whether `controller` runs in this process."""
@@ -131,6 +189,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{flag}", type=float, default=None)
     parser.add_argument("--large-cluster-size-threshold", type=int, default=None)
     parser.add_argument("--terminated-pod-gc-threshold", type=int, default=None)
+    for flag in ("concurrent-endpoint-syncs", "concurrent-service-endpoint-syncs", "max-endpoints-per-slice"):
+        parser.add_argument(f"--{flag}", type=int, default=None)
+    for flag in ("endpoint-updates-batch-period", "endpointslice-updates-batch-period"):
+        parser.add_argument(f"--{flag}", type=_duration, default=None)
 
 
 def from_namespace(ns: argparse.Namespace, *, known: Sequence[str]) -> ControllerManagerSettings:
@@ -155,7 +217,24 @@ def from_namespace(ns: argparse.Namespace, *, known: Sequence[str]) -> Controlle
         leader_elect=bool(ns.leader_elect),
         node_lifecycle=dataclasses.replace(base.node_lifecycle, **nl_overrides),
         podgc=podgc,
+        endpoints=_endpoint_settings(ns, base.endpoints),
     )
+
+
+def _endpoint_settings(ns: argparse.Namespace, base: EndpointSettings) -> EndpointSettings:
+    """The endpoint controllers' flags over their defaults (raises ValueError on a value upstream refuses)."""
+    flags = {"concurrent_endpoint_syncs": "endpoint_workers", "concurrent_service_endpoint_syncs":
+             "endpointslice_workers", "max_endpoints_per_slice": "max_endpoints_per_slice",
+             "endpoint_updates_batch_period": "endpoint_updates_batch_period",
+             "endpointslice_updates_batch_period": "endpointslice_updates_batch_period"}
+    overrides = {field_name: getattr(ns, flag) for flag, field_name in flags.items()
+                 if getattr(ns, flag, None) is not None}
+    out = dataclasses.replace(base, **overrides)
+    if not 1 <= out.max_endpoints_per_slice <= 1000:
+        raise ValueError("--max-endpoints-per-slice must be between 1 and 1000")
+    if out.endpoint_workers < 1 or out.endpointslice_workers < 1:
+        raise ValueError("--concurrent-endpoint-syncs and --concurrent-service-endpoint-syncs must be at least 1")
+    return out
 
 
 def parse_controllers(value: str | Sequence[str], *, known: Sequence[str]) -> tuple[str, ...]:

@@ -31,6 +31,10 @@ Annotations a test or scenario may put on a pod:
 * `kubemesh.io/start-delay`: seconds in ContainerCreating (overrides the node's setting);
 * `kubemesh.io/run-seconds`: each container exits after running this long ...
 * `kubemesh.io/exit-code`: ... with this exit code (default 0);
+* without `run-seconds`, the containers of a run-to-completion pod (`restartPolicy` Never or
+  OnFailure, a Job's pod) exit 0 after the kubelet's `default_run_seconds` (5 cluster seconds,
+  `--default-run-seconds`; negative: they run until stopped), so a plain Job completes;
+  `restartPolicy: Always` pods run until stopped;
 * `kubemesh.io/stop-seconds`: seconds a container takes to exit after SIGTERM.
 """
 
@@ -147,11 +151,14 @@ class PodMachine:
     @classmethod
     def for_pod(cls, pod: Obj, *, host_ip: str, rng: random.Random, start_delay: float,
                 stop_delay: float, crash_loop_base: float = 10.0,
-                crash_loop_max: float = 300.0, rebooted: bool = False) -> PodMachine:
+                crash_loop_max: float = 300.0, rebooted: bool = False,
+                default_run_seconds: float | None = None) -> PodMachine:
         """A machine for `pod`.
 
         With `rebooted`, restart counts continue from its API status (the node came back from
-        a power-off: every container it ran was lost).
+        a power-off: every container it ran was lost). `default_run_seconds` is how long the
+        containers of a run-to-completion pod (restartPolicy Never or OnFailure) run when the
+        pod has no `kubemesh.io/run-seconds` annotation (None or negative: until stopped).
         """
         spec = pod.get("spec") or {}
         md = pod.get("metadata") or {}
@@ -167,14 +174,18 @@ class PodMachine:
                     cont.last_terminated = {"exitCode": 255, "reason": "Unknown",
                                             "message": "the node was powered off"}
             containers.append(cont)
+        restart_policy = str(spec.get("restartPolicy") or "Always")
         run_seconds = _float_annotation(pod, RUN_SECONDS)
+        if (run_seconds is None and restart_policy in ("Never", "OnFailure") and default_run_seconds is not None
+                and default_run_seconds >= 0):
+            run_seconds = default_run_seconds
         code = _float_annotation(pod, EXIT_CODE)
         pod_start = _float_annotation(pod, START_DELAY)
         pod_stop = _float_annotation(pod, STOP_SECONDS)
         return cls(
             key=f"{md.get('namespace', '')}/{md.get('name', '')}",
             uid=str(md.get("uid") or ""),
-            restart_policy=str(spec.get("restartPolicy") or "Always"),
+            restart_policy=restart_policy,
             containers=containers,
             init_containers=[str(c.get("name", "")) for c in spec.get("initContainers") or []],
             init_images=[str(c.get("image", "")) for c in spec.get("initContainers") or []],

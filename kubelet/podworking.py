@@ -236,7 +236,8 @@ class PodWorker:
                                stop_delay=self.settings.container_stop_delay
                                if self.faults.stop_delay is None else self.faults.stop_delay,
                                crash_loop_base=self.settings.crash_loop_base,
-                               crash_loop_max=self.settings.crash_loop_max, rebooted=self.rebooted)
+                               crash_loop_max=self.settings.crash_loop_max, rebooted=self.rebooted,
+                               default_run_seconds=self.settings.default_run_seconds)
         deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
         rejection = None if deleting else pressure_rejection(pod, conditions=self.pressure())
         if rejection is None and not deleting:

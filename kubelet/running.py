@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="cluster seconds a pod spends in ContainerCreating")
     g.add_argument("--container-stop-delay", type=float, default=d.container_stop_delay,
                    help="cluster seconds a container takes to exit after SIGTERM")
+    g.add_argument("--default-run-seconds", type=float, default=d.default_run_seconds,
+                   help="cluster seconds a run-to-completion pod's containers run before exiting 0 when the pod "
+                        "has no kubemesh.io/run-seconds annotation (negative: until stopped)")
     g.add_argument("--pod-watch", choices=("per-node", "shared"), default=d.pod_watch,
                    help="each node watches its own pods, or one watch for the process")
     g.add_argument("--register-concurrency", type=int, default=d.register_concurrency)
@@ -54,7 +57,8 @@ def settings_from_args(args: argparse.Namespace, *, bugs: Iterable[str] = ()) ->
         node_status_update_frequency=args.node_status_update_frequency,
         node_status_report_frequency=args.node_status_report_frequency,
         node_lease_duration=args.node_lease_duration_seconds, pod_start_delay=args.pod_start_delay,
-        container_stop_delay=args.container_stop_delay, pod_watch=args.pod_watch,
+        container_stop_delay=args.container_stop_delay, default_run_seconds=args.default_run_seconds,
+        pod_watch=args.pod_watch,
         register_concurrency=args.register_concurrency, no_node_lease="no-node-lease" in set(bugs),
     )
 

@@ -97,6 +97,11 @@ class KubeletSettings:
     """Cluster seconds a pod spends in ContainerCreating (sandbox, image pull, start)."""
     container_stop_delay: float = 0.5
     """Cluster seconds a container takes to exit after SIGTERM (killed at the grace period)."""
+    default_run_seconds: float = 5.0
+    """How long the containers of a run-to-completion pod (restartPolicy Never or OnFailure)
+    run before exiting 0 when the pod has no `kubemesh.io/run-seconds` annotation, so that a
+    plain Job completes; negative: they run until stopped. `restartPolicy: Always` pods always
+    run until stopped."""
     crash_loop_base: float = 10.0
     """CrashLoopBackOff: the second restart waits this long, doubling ..."""
     crash_loop_max: float = 300.0

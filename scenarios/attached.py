@@ -64,7 +64,7 @@ from kubemesh.services.machinery.client import AlreadyExistsError, ApiClient, Ap
 from kubemesh.services.machinery.clock import ClusterClock
 from kubemesh.services.mesh.endpoint import EndpointError, MeshEndpoint
 from kubemesh.services.model.bugs import BUGS
-from kubemesh.services.model.kinds import CONFIGMAPS, EVENTS, NAMESPACES, NODES, Obj
+from kubemesh.services.model.kinds import CONFIGMAPS, EVENTS, NAMESPACES, NODES, PODS, Obj
 from kubemesh.services.model.quantities import parse_quantity
 from kubemesh.services.model.wellknown import LABEL_ZONE
 
@@ -473,19 +473,51 @@ async def run_attached(scenario: Scenario, *, target: ExistingMesh, mode: Mode, 
     return result
 
 
+NAMESPACE_GONE_WITHIN: Final = 120.0
+"""Cluster seconds a deleted run namespace may stay Terminating before its pods are force-deleted."""
+
+
 async def _cleanup(ctx: ScenarioContext, client: ApiClient, namespace: str) -> list[str]:
-    """Delete the run's namespace, then play back the context's undos; what failed, in words."""
+    """Delete the run's namespace, play back the context's undos, and see the namespace go; what failed, in words.
+
+    A namespace goes as upstream's do: Terminating until the namespace controller has deleted its
+    content. The undos run first (a powered-off node comes back, so its pods can finish); pods
+    still there after `NAMESPACE_GONE_WITHIN` (a node the scenario left off) are force-deleted,
+    as `kubectl delete --force` would, so that the mesh is clean for the next run.
+    """
     failures: list[str] = []
     if namespace != "default":
         try:
             await client.delete(NAMESPACES, namespace)
-            ctx.say(f"deleted namespace {namespace} and everything in it")
+            ctx.say(f"deleting namespace {namespace} and everything in it")
         except NotFoundError:
-            pass
+            namespace = "default"
         except (ApiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             failures.append(f"delete namespace {namespace}: {type(exc).__name__}: {exc}")
     failures += await ctx.cleanup()
+    if namespace != "default" and not failures:
+        try:
+            if not await _namespace_gone(ctx, client, namespace):
+                for pod in (await client.list(PODS, namespace=namespace)).get("items") or []:
+                    with contextlib.suppress(NotFoundError):
+                        await client.delete(PODS, pod["metadata"]["name"], namespace=namespace,
+                                            grace_period_seconds=0)
+                if not await _namespace_gone(ctx, client, namespace):
+                    failures.append(f"namespace {namespace} is still Terminating")
+        except (ApiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            failures.append(f"wait for namespace {namespace} to go: {type(exc).__name__}: {exc}")
     return failures
+
+
+async def _namespace_gone(ctx: ScenarioContext, client: ApiClient, namespace: str) -> bool:
+    async def gone() -> bool:
+        try:
+            await client.get(NAMESPACES, namespace)
+        except NotFoundError:
+            return True
+        return False
+
+    return bool(await ctx.until(gone, within=NAMESPACE_GONE_WITHIN, poll=0.1))
 
 
 def _note_attachment(out: Path, *, target: ExistingMesh, run_id: str | None, entry: Mapping[str, Any] | None,

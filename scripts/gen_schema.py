@@ -12,7 +12,12 @@ type reachable from a served kind is written once, by model name, so the file st
 Format:
 
     {"kinds": {"Pod": "V1Pod", ...},
-     "types": {"V1Pod": {"apiVersion": "", "metadata": "V1ObjectMeta", ...}, ...}}
+     "types": {"V1Pod": {"apiVersion": "", "metadata": "V1ObjectMeta", ...}, ...},
+     "fieldTypes": {"V1Pod": {"apiVersion": "str", "metadata": "V1ObjectMeta", ...}, ...}}
+
+`fieldTypes` keeps each field's type as the client spells it (`str`, `int`, `bool`, `float`,
+`datetime`, `object`, `list[V1Container]`, `dict(str, str)`, ...): the OpenAPI documents' component
+schemas are built from it (apiserver/openapi.py).
 
 A field's value says what may appear below it:
 
@@ -90,6 +95,7 @@ def build() -> dict[str, Any]:
     kinds = {k.kind: model_for(models, k.kind, k.version) for k in KINDS}
     kinds.update(EXTRA_KINDS)
     types: dict[str, dict[str, str]] = {}
+    field_types: dict[str, dict[str, str]] = {}
     todo = list(kinds.values())
     while todo:
         name = todo.pop()
@@ -97,10 +103,14 @@ def build() -> dict[str, Any]:
             continue
         cls = getattr(models, name)
         fields: dict[str, str] = {}
+        spelled: dict[str, str] = {}
         for attr, type_str in cls.openapi_types.items():
             fields[cls.attribute_map[attr]] = _encode(models, type_str, todo)
+            spelled[cls.attribute_map[attr]] = type_str
         types[name] = dict(sorted(fields.items()))
-    return {"kinds": dict(sorted(kinds.items())), "types": dict(sorted(types.items()))}
+        field_types[name] = dict(sorted(spelled.items()))
+    return {"kinds": dict(sorted(kinds.items())), "types": dict(sorted(types.items())),
+            "fieldTypes": dict(sorted(field_types.items()))}
 
 
 def main() -> None:

@@ -8,7 +8,8 @@ A fault is plain JSON (or msgpack)::
      "match": {"resources": ["pods"], "eventTypes": ["DELETED"]},
      "params": {},                                 # per type, see TYPES
      "probability": 1.0,                           # per request, per event or per target
-     "duration": null,                             # cluster seconds; null = until removed (explicit)
+     "duration": null,                             # cluster seconds; null = until removed (explicit;
+                                                   # optional for faults that act once, e.g. watch.close)
      "trigger": {"action": "release", "on": "delivered", "component": "scheduler",
                  "resource": "nodes", "name": "node-1", "eventTypes": ["DELETED"], "delay": 30},
      "breakObjectOrder": false}
@@ -691,7 +692,9 @@ def parse(raw: Any, *, resources: Collection[str] = RESOURCES) -> FaultSpec:
         causes.add("probability", "must be in (0, 1]")
     if "duration" in raw and "ttl" in raw:
         causes.add("ttl", "give duration or ttl, not both")
-    if "duration" not in raw and "ttl" not in raw:
+    # A fault that acts once at activation has nothing to last: its duration may be left out.
+    acts_once = type_ in ONE_SHOT or (type_ == "watch.gone" and not params.get("newWatches"))
+    if "duration" not in raw and "ttl" not in raw and not acts_once:
         causes.add("duration", "required: cluster seconds, or null for a fault that lasts until it is removed")
     dur_raw = raw.get("duration", raw.get("ttl"))
     dur_field = "duration" if "duration" in raw else "ttl"

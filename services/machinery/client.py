@@ -530,6 +530,20 @@ class ApiClient:
             return None
         return cast(Obj, result)
 
+    async def delete_collection(self, kind: Kind, *, namespace: str | None = None, label_selector: str | None = None,
+                                propagation_policy: str | None = None) -> Obj | None:
+        """DELETE a collection (every matching object, each as its own DELETE would be).
+
+        Retried like a read: deleting what is already being deleted changes nothing.
+        """
+        options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if propagation_policy is not None:
+            options["propagationPolicy"] = propagation_policy
+        params = _selector_params(label_selector=label_selector, field_selector=None)
+        result = await self.request("DELETE", kind.url(namespace=namespace), params=params, body=options,
+                                    idempotent=True)
+        return cast(Obj, result) if isinstance(result, dict) else None
+
     async def bind(self, *, namespace: str, pod: str, node: str, uid: str | None = None) -> None:
         """Bind a pod to a node (POST a v1 Binding to the pod's `binding` subresource).
 

@@ -45,6 +45,11 @@ def _path(*names: str) -> FieldGetter:
     return get
 
 
+def field_path(*names: str) -> FieldGetter:
+    """A field-selector getter for the field at `names` (`field_path("spec", "color")`)."""
+    return _path(*names)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Subresource:
     """A subresource such as `pods/status` or `deployments/scale`."""
@@ -133,7 +138,8 @@ NAMESPACES: Final = Kind(
     group="", version="v1", kind="Namespace", plural="namespaces", singular="namespace",
     namespaced=False, short_names=("ns",),
     verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
-    subresources=(Subresource(name="status", kind="Namespace", verbs=_STATUS),),
+    subresources=(Subresource(name="finalize", kind="Namespace", verbs=("update",)),
+                  Subresource(name="status", kind="Namespace", verbs=_STATUS)),
     fields={"status.phase": _path("status", "phase")},
 )
 NODES: Final = Kind(
@@ -401,6 +407,8 @@ class KindTable:
     def _reindex(self) -> None:
         self._by_path = {(k.group, k.version, k.plural): k for k in self._kinds}
         self._by_resource = {k.resource: k for k in self._kinds if k.storage}
+        for k in self._kinds:  # a resource whose storage version is not served: any served version
+            self._by_resource.setdefault(k.resource, k)
         self._all = tuple(self._kinds)
         self._stored = tuple(k for k in self._kinds if "get" in k.verbs)
 

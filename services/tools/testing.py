@@ -63,7 +63,8 @@ SCOPES: Final[tuple[Scope, ...]] = ("function", "module", "session")
 
 SYSTEM_NAMESPACES: Final = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 """Namespaces `reset` keeps (it empties `default`)."""
-_KEPT_IN_DEFAULT: Final = frozenset({("services", "kubernetes"), ("configmaps", "kube-root-ca.crt")})
+_KEPT_IN_DEFAULT: Final = frozenset({("services", "kubernetes"), ("endpoints", "kubernetes"),
+                                    ("endpointslices", "kubernetes"), ("configmaps", "kube-root-ca.crt")})
 
 
 class ClusterUnavailable(RuntimeError):
@@ -294,11 +295,16 @@ class KubemeshCluster:
         for node in sorted(self._powered_off):
             await self.power_on(node)
         async with self.client("kubemesh-reset") as client:
-            for ns in (await client.list(NAMESPACES)).get("items") or []:
-                name = ns["metadata"]["name"]
-                if name not in SYSTEM_NAMESPACES:
+            doomed = [ns["metadata"]["name"] for ns in (await client.list(NAMESPACES)).get("items") or []
+                      if ns["metadata"]["name"] not in SYSTEM_NAMESPACES]
+            for name in doomed:
+                with contextlib.suppress(NotFoundError):
+                    await client.delete(NAMESPACES, name)
+                # The namespace controller deletes the content; pods go at once (a reset is no
+                # graceful shutdown), so that the namespace is gone before the next test.
+                for pod in (await client.list(PODS, namespace=name)).get("items") or []:
                     with contextlib.suppress(NotFoundError):
-                        await client.delete(NAMESPACES, name)
+                        await client.delete(PODS, pod["metadata"]["name"], namespace=name, grace_period_seconds=0)
             for kind in _resettable_kinds():
                 for obj in (await client.list(kind, namespace="default")).get("items") or []:
                     name = obj["metadata"]["name"]
@@ -310,6 +316,10 @@ class KubemeshCluster:
             async with asyncio.timeout(timeout):
                 while (await client.list(PODS, namespace="default")).get("items"):  # noqa: ASYNC110 - polls the API
                     await asyncio.sleep(0.05)
+                names = {ns["metadata"]["name"] for ns in (await client.list(NAMESPACES)).get("items") or []}
+                while names & set(doomed):
+                    await asyncio.sleep(0.05)
+                    names = {ns["metadata"]["name"] for ns in (await client.list(NAMESPACES)).get("items") or []}
         await self.wait_nodes_ready(nodes, timeout=timeout)
 
 

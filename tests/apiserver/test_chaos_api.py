@@ -341,3 +341,17 @@ async def test_a_fault_that_cannot_be_applied_raises_in_python_and_is_removed_by
             async with chaos.power_off("node-1"):
                 pytest.fail("the body must not run when the fault did nothing")
         assert await chaos.list() == []
+
+
+async def test_faults_that_act_once_need_no_duration() -> None:
+    async with running() as mesh:
+        for spec in ({"type": "watch.close", "target": {"component": "scheduler"}},
+                     {"type": "watch.gone", "target": {"component": "scheduler"}}):
+            r = await mesh.call("POST", "/chaos/v1/faults", body=spec)
+            assert r.status == 201, (spec, r.body)
+            assert r.body["duration"] is None, r.body
+        # A watch.gone that answers new watches lasts, so it still needs one; so do lasting types.
+        for spec in ({"type": "watch.gone", "target": {"component": "scheduler"}, "params": {"newWatches": True}},
+                     {"type": "watch.hold", "target": {"component": "scheduler"}}):
+            r = await mesh.call("POST", "/chaos/v1/faults", body=spec)
+            assert r.status == 422 and "duration" in [c["field"] for c in r.body["details"]["causes"]], r.body

@@ -4,42 +4,24 @@ from typing import Any
 
 import orjson
 import pytest
+from documents import (
+    aggregated_discovery,
+    api_group,
+    api_group_list,
+    api_resource_list,
+    api_versions,
+    served_group_versions,
+)
 
 from kubemesh.apiserver.discovery import (
     AGGREGATED_V2,
     AGGREGATED_V2BETA1,
     GIT_VERSION,
-    Discovery,
     aggregated_media_type,
     parse_accept,
     version_info,
 )
-from kubemesh.apiserver.openapi import OpenApi
-from kubemesh.services.model.kinds import KINDS, KindTable, Obj
-
-_DISCOVERY = Discovery(KindTable(), server_address="127.0.0.1:6443")
-_OPENAPI = OpenApi(_DISCOVERY)
-
-
-def api_versions(*, server_address: str) -> Obj:
-    return Discovery(_DISCOVERY.kinds, server_address=server_address).api_versions()
-
-
-def aggregated_discovery(*, core: bool, media_type: str) -> Obj:
-    return _DISCOVERY.aggregated(core=core, media_type=media_type)
-
-
-def served_group_versions() -> dict[str, tuple[str, ...]]:
-    return _DISCOVERY.served_group_versions()
-
-
-api_group = _DISCOVERY.api_group
-api_group_list = _DISCOVERY.api_group_list
-api_resource_list = _DISCOVERY.api_resource_list
-openapi_v2_protobuf = _OPENAPI.v2_protobuf
-openapi_v3_document = _OPENAPI.v3_document
-openapi_v3_index = _OPENAPI.v3_index
-
+from kubemesh.services.model.kinds import KINDS, Obj
 
 KUBECTL_130_ACCEPT = (
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"

@@ -8,19 +8,43 @@ import pytest
 from kubemesh.apiserver.tables import column_definitions, human_duration, to_table, wants_table, watch_event_table
 from kubemesh.services.machinery.clock import format_time
 from kubemesh.services.model.kinds import (
+    APISERVICES,
+    CLUSTERROLEBINDINGS,
+    CLUSTERROLES,
     CONFIGMAPS,
+    CONTROLLERREVISIONS,
+    CRONJOBS,
+    CUSTOMRESOURCEDEFINITIONS,
     DAEMONSETS,
     DEPLOYMENTS,
+    ENDPOINTS,
+    ENDPOINTSLICES,
     EVENTS,
+    HORIZONTALPODAUTOSCALERS,
+    INGRESSCLASSES,
+    INGRESSES,
+    JOBS,
     KINDS,
     LEASES,
+    MUTATINGWEBHOOKCONFIGURATIONS,
     NAMESPACES,
+    NETWORKPOLICIES,
     NODES,
+    PERSISTENTVOLUMECLAIMS,
+    PERSISTENTVOLUMES,
     PODDISRUPTIONBUDGETS,
     PODS,
     PRIORITYCLASSES,
     REPLICASETS,
+    REPLICATIONCONTROLLERS,
+    ROLEBINDINGS,
+    ROLES,
+    SECRETS,
+    SERVICEACCOUNTS,
     SERVICES,
+    STATEFULSETS,
+    STORAGECLASSES,
+    VALIDATINGWEBHOOKCONFIGURATIONS,
     Kind,
     Obj,
 )
@@ -563,6 +587,525 @@ def test_kind_without_printer_gets_default_columns() -> None:
         ("Created At", "date"),
     ]
     assert table["rows"][0]["cells"] == ["w", "2027-01-15T08:00:00Z"]
+
+
+# -- kinds printed as kube-apiserver 1.33 prints them ------------------------------------------
+
+
+def meta(name: str = "x", seconds: float = 90, **extra: Any) -> Obj:
+    return {"name": name, "namespace": "default", "creationTimestamp": ago(seconds), **extra}
+
+
+@pytest.mark.parametrize(
+    ("kind", "columns", "wide"),
+    [
+        (SECRETS, "NAME TYPE DATA AGE", ""),
+        (SERVICEACCOUNTS, "NAME SECRETS AGE", ""),
+        (ENDPOINTS, "NAME ENDPOINTS AGE", ""),
+        (ENDPOINTSLICES, "NAME ADDRESSTYPE PORTS ENDPOINTS AGE", ""),
+        (
+            PERSISTENTVOLUMECLAIMS,
+            "NAME STATUS VOLUME CAPACITY ACCESS_MODES STORAGECLASS VOLUMEATTRIBUTESCLASS AGE",
+            "VOLUMEMODE",
+        ),
+        (
+            PERSISTENTVOLUMES,
+            "NAME CAPACITY ACCESS_MODES RECLAIM_POLICY STATUS CLAIM STORAGECLASS VOLUMEATTRIBUTESCLASS REASON AGE",
+            "VOLUMEMODE",
+        ),
+        (REPLICATIONCONTROLLERS, "NAME DESIRED CURRENT READY AGE", "CONTAINERS IMAGES SELECTOR"),
+        (STATEFULSETS, "NAME READY AGE", "CONTAINERS IMAGES"),
+        (CONTROLLERREVISIONS, "NAME CONTROLLER REVISION AGE", ""),
+        (JOBS, "NAME STATUS COMPLETIONS DURATION AGE", "CONTAINERS IMAGES SELECTOR"),
+        (CRONJOBS, "NAME SCHEDULE TIMEZONE SUSPEND ACTIVE LAST_SCHEDULE AGE", "CONTAINERS IMAGES SELECTOR"),
+        (HORIZONTALPODAUTOSCALERS, "NAME REFERENCE TARGETS MINPODS MAXPODS REPLICAS AGE", ""),
+        (INGRESSES, "NAME CLASS HOSTS ADDRESS PORTS AGE", ""),
+        (INGRESSCLASSES, "NAME CONTROLLER PARAMETERS AGE", ""),
+        (NETWORKPOLICIES, "NAME POD-SELECTOR AGE", ""),
+        (STORAGECLASSES, "NAME PROVISIONER RECLAIMPOLICY VOLUMEBINDINGMODE ALLOWVOLUMEEXPANSION AGE", ""),
+        (ROLEBINDINGS, "NAME ROLE AGE", "USERS GROUPS SERVICEACCOUNTS"),
+        (CLUSTERROLEBINDINGS, "NAME ROLE AGE", "USERS GROUPS SERVICEACCOUNTS"),
+        (VALIDATINGWEBHOOKCONFIGURATIONS, "NAME WEBHOOKS AGE", ""),
+        (MUTATINGWEBHOOKCONFIGURATIONS, "NAME WEBHOOKS AGE", ""),
+        (APISERVICES, "NAME SERVICE AVAILABLE AGE", ""),
+        (ROLES, "NAME CREATED_AT", ""),
+        (CLUSTERROLES, "NAME CREATED_AT", ""),
+        (CUSTOMRESOURCEDEFINITIONS, "NAME CREATED_AT", ""),
+    ],
+    ids=lambda v: v.kind if isinstance(v, Kind) else None,
+)
+def test_headers_as_kubectl_prints_them(kind: Kind, columns: str, wide: str) -> None:
+    """kubectl upper-cases the names and turns spaces into underscores only here, for comparing."""
+
+    def shout(names: list[str]) -> str:
+        return " ".join(n.upper().replace(" ", "_") for n in names)
+
+    assert shout(header(kind)) == columns
+    assert shout(header(kind, wide=True)) == f"{columns} {wide}".strip()
+    assert column_definitions(kind)[0]["format"] == "name"
+
+
+def test_column_types_follow_upstream() -> None:
+    def types(kind: Kind) -> dict[str, str]:
+        return {c["name"]: c["type"] for c in column_definitions(kind)}
+
+    assert types(SECRETS) == {"Name": "string", "Type": "string", "Data": "string", "Age": "string"}
+    assert types(CRONJOBS)["Suspend"] == "boolean"
+    assert types(CRONJOBS)["Active"] == "integer"
+    assert [types(REPLICATIONCONTROLLERS)[n] for n in ("Desired", "Current", "Ready")] == ["integer"] * 3
+    assert types(VALIDATINGWEBHOOKCONFIGURATIONS)["Webhooks"] == "integer"
+    assert set(types(HORIZONTALPODAUTOSCALERS).values()) == {"string"}
+    assert types(CUSTOMRESOURCEDEFINITIONS)["Created At"] == "date"
+
+
+def test_secret_and_serviceaccount() -> None:
+    secret: Obj = {"metadata": meta("tls"), "type": "kubernetes.io/tls", "data": {"tls.crt": "eA==", "tls.key": "eA=="}}
+    assert cells(SECRETS, secret) == ["tls", "kubernetes.io/tls", 2, "90s"]
+    assert cells(SECRETS, {"metadata": meta("e"), "type": "Opaque"}) == ["e", "Opaque", 0, "90s"]
+    sa: Obj = {"metadata": meta("builder", 3 * 3600), "secrets": [{"name": "builder-token"}]}
+    assert cells(SERVICEACCOUNTS, sa) == ["builder", 1, "3h"]
+    assert cells(SERVICEACCOUNTS, {"metadata": meta("default")}) == ["default", 0, "90s"]
+
+
+def test_endpoints() -> None:
+    ep: Obj = {
+        "metadata": meta("web"),
+        "subsets": [
+            {
+                "addresses": [{"ip": "10.1.0.5"}, {"ip": "10.1.0.6"}],
+                "ports": [{"name": "http", "port": 80}, {"name": "https", "port": 443}],
+            }
+        ],
+    }
+    assert cells(ENDPOINTS, ep) == ["web", "10.1.0.5:80,10.1.0.6:80,10.1.0.5:443 + 1 more...", "90s"]
+    ep["subsets"] = [{"addresses": [{"ip": "fd00::1"}], "ports": [{"port": 8080}]}, {"addresses": [{"ip": "10.0.0.9"}]}]
+    assert cells(ENDPOINTS, ep)[1] == "[fd00::1]:8080,10.0.0.9"
+    ep["subsets"] = [{"notReadyAddresses": [{"ip": "10.1.0.7"}], "ports": [{"port": 80}]}]
+    assert cells(ENDPOINTS, ep)[1] == ""  # subsets, but no ready address
+    assert cells(ENDPOINTS, {"metadata": meta("none")})[1] == "<none>"
+
+
+def test_endpointslice() -> None:
+    eps: Obj = {
+        "metadata": meta("web-abc12"),
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}, {"name": "metrics"}, {}],
+        "endpoints": [{"addresses": [f"10.1.0.{i}"]} for i in range(1, 6)],
+    }
+    assert cells(ENDPOINTSLICES, eps) == [
+        "web-abc12",
+        "IPv4",
+        "80,metrics,*",
+        "10.1.0.1,10.1.0.2,10.1.0.3 + 2 more...",
+        "90s",
+    ]
+    empty: Obj = {"metadata": meta("empty"), "addressType": "IPv6", "ports": None, "endpoints": None}
+    assert cells(ENDPOINTSLICES, empty)[1:4] == ["IPv6", "<unset>", "<unset>"]
+
+
+def test_persistent_volume_claims() -> None:
+    pending: Obj = {
+        "metadata": meta("data", 120),
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+            "storageClassName": "standard",
+        },
+        "status": {"phase": "Pending"},
+    }
+    assert cells(PERSISTENTVOLUMECLAIMS, pending) == [
+        "data",
+        "Pending",
+        "",
+        "",
+        "",
+        "standard",
+        "<unset>",
+        "2m",
+        "<unset>",
+    ]
+    bound: Obj = {
+        "metadata": meta("db", 120, annotations={"volume.beta.kubernetes.io/storage-class": "legacy"}),
+        "spec": {
+            "volumeName": "pv-1",
+            "volumeMode": "Filesystem",
+            "storageClassName": "standard",
+            "volumeAttributesClassName": "gold",
+        },
+        "status": {
+            "phase": "Bound",
+            "capacity": {"storage": "1024Mi"},
+            "accessModes": ["ReadWriteMany", "ReadWriteOnce", "ReadWriteOnce"],
+        },
+    }
+    assert cells(PERSISTENTVOLUMECLAIMS, bound) == [
+        "db",
+        "Bound",
+        "pv-1",
+        "1Gi",
+        "RWO,RWX",
+        "legacy",
+        "gold",
+        "2m",
+        "Filesystem",
+    ]
+    bound["metadata"]["deletionTimestamp"] = ago(1)
+    assert cells(PERSISTENTVOLUMECLAIMS, bound)[1] == "Terminating"
+
+
+def test_persistent_volumes() -> None:
+    pv: Obj = {
+        "metadata": {"name": "pv-1", "creationTimestamp": ago(2 * 86400)},
+        "spec": {
+            "capacity": {"storage": "10Gi"},
+            "accessModes": ["ReadWriteOncePod", "ReadOnlyMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "claimRef": {"namespace": "default", "name": "db"},
+            "storageClassName": "standard",
+            "volumeMode": "Block",
+        },
+        "status": {"phase": "Bound"},
+    }
+    assert cells(PERSISTENTVOLUMES, pv) == [
+        "pv-1",
+        "10Gi",
+        "ROX,RWOP",
+        "Retain",
+        "Bound",
+        "default/db",
+        "standard",
+        "<unset>",
+        "",
+        "2d",
+        "Block",
+    ]
+    released: Obj = {"metadata": {"name": "old"}, "spec": {}, "status": {"phase": "Failed", "reason": "Recycle"}}
+    assert cells(PERSISTENTVOLUMES, released) == [
+        "old",
+        "0",
+        "",
+        "",
+        "Failed",
+        "",
+        "",
+        "<unset>",
+        "Recycle",
+        "<unknown>",
+        "<unset>",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("written", "printed"),
+    [
+        ("10Gi", "10Gi"),
+        ("1024Mi", "1Gi"),
+        ("1.5Gi", "1536Mi"),
+        ("0.5Gi", "512Mi"),
+        ("1.5Ki", "1536"),
+        ("1000M", "1G"),
+        ("1500M", "1500M"),
+        ("0.5", "500m"),
+        ("1e3", "1e3"),
+        ("12e2", "1200"),
+        (5, "5"),
+        ("0", "0"),
+        ("lots", "lots"),
+        ("1e999999999", "1e999999999"),  # printed as written, not computed
+    ],
+)
+def test_capacity_is_printed_as_a_canonical_quantity(written: Any, printed: str) -> None:
+    pv: Obj = {"metadata": {"name": "pv"}, "spec": {"capacity": {"storage": written}}}
+    assert cells(PERSISTENTVOLUMES, pv)[1] == printed
+
+
+def test_replicationcontroller_and_statefulset() -> None:
+    rc = workload({"replicas": 3, "selector": {"app": "web"}}, {"replicas": 3, "readyReplicas": 2})
+    assert cells(REPLICATIONCONTROLLERS, rc) == ["web", 3, 3, 2, "10m", "app,log", "nginx:1.27,busybox", "app=web"]
+    rc["spec"].pop("selector")
+    rc["spec"].pop("replicas")
+    assert cells(REPLICATIONCONTROLLERS, rc)[1] == 1
+    assert cells(REPLICATIONCONTROLLERS, rc)[7] == "<none>"
+    sts = workload({"replicas": 3}, {"replicas": 3, "readyReplicas": 1})
+    assert cells(STATEFULSETS, sts) == ["web", "1/3", "10m", "app,log", "nginx:1.27,busybox"]
+    assert cells(STATEFULSETS, workload({}, {}))[1] == "0/1"
+
+
+def test_controllerrevision() -> None:
+    owner = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": "u1", "controller": True}
+    cr: Obj = {"metadata": meta("web-7d9f", 600, ownerReferences=[owner]), "revision": 2}
+    assert cells(CONTROLLERREVISIONS, cr) == ["web-7d9f", "statefulset.apps/web", 2, "10m"]
+    cr["metadata"]["ownerReferences"] = [{**owner, "apiVersion": "v1", "kind": "Pod", "name": "p"}]
+    assert cells(CONTROLLERREVISIONS, cr)[1] == "pod/p"
+    cr["metadata"]["ownerReferences"] = [{**owner, "controller": False}]
+    assert cells(CONTROLLERREVISIONS, cr)[1] == "<none>"
+
+
+def job(spec: Obj, status: Obj, **extra_meta: Any) -> Obj:
+    j = workload(spec, status)
+    j["metadata"].update(extra_meta)
+    j["spec"]["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}}
+    return j
+
+
+def test_job_completions_and_duration() -> None:
+    done = job(
+        {"completions": 1, "parallelism": 1},
+        {
+            "succeeded": 1,
+            "startTime": ago(500),
+            "completionTime": ago(405),
+            "conditions": [{"type": "SuccessCriteriaMet", "status": "True"}, {"type": "Complete", "status": "True"}],
+        },
+    )
+    assert cells(JOBS, done) == [
+        "web",
+        "Complete",
+        "1/1",
+        "95s",
+        "10m",
+        "app,log",
+        "nginx:1.27,busybox",
+        "batch.kubernetes.io/controller-uid=u-1",
+    ]
+    running = job({"completions": 5, "parallelism": 2}, {"succeeded": 3, "active": 2, "startTime": ago(150)})
+    assert visible(JOBS, running) == ["web", "Running", "3/5", "2m30s", "10m"]
+    queue = job({"parallelism": 4}, {})
+    assert visible(JOBS, queue)[1:4] == ["Running", "0/1 of 4", ""]
+    assert visible(JOBS, job({}, {}))[2] == "0/1"
+
+
+@pytest.mark.parametrize(
+    ("conditions", "deleting", "expected"),
+    [
+        ([{"type": "Failed", "status": "True"}], True, "Failed"),
+        ([{"type": "Complete", "status": "False"}], True, "Terminating"),
+        ([{"type": "Suspended", "status": "True"}], False, "Suspended"),
+        ([{"type": "FailureTarget", "status": "True"}], False, "FailureTarget"),
+        ([{"type": "Suspended", "status": "False"}], False, "Running"),
+    ],
+)
+def test_job_status(conditions: list[Obj], deleting: bool, expected: str) -> None:
+    j = job({"completions": 1}, {"conditions": conditions})
+    if deleting:
+        j["metadata"]["deletionTimestamp"] = ago(0)
+    assert visible(JOBS, j)[1] == expected
+
+
+def test_cronjob() -> None:
+    cj: Obj = {
+        "metadata": meta("backup", 2 * 86400),
+        "spec": {
+            "schedule": "*/5 * * * *",
+            "timeZone": "Europe/Paris",
+            "suspend": False,
+            "jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "b", "image": "busybox"}]}}}},
+        },
+        "status": {"active": [{"name": "backup-1"}], "lastScheduleTime": ago(240)},
+    }
+    assert cells(CRONJOBS, cj) == [
+        "backup",
+        "*/5 * * * *",
+        "Europe/Paris",
+        "False",
+        1,
+        "4m",
+        "2d",
+        "b",
+        "busybox",
+        "<none>",
+    ]
+    cj["spec"] = {"schedule": "@hourly", "suspend": True}
+    cj["status"] = {}
+    assert visible(CRONJOBS, cj) == ["backup", "@hourly", "<none>", "True", 0, "<none>", "2d"]
+    cj["spec"].pop("suspend")
+    assert visible(CRONJOBS, cj)[3] == "<unset>"
+
+
+def hpa(metrics: list[Obj], current: list[Obj], **spec: Any) -> Obj:
+    return {
+        "metadata": meta("web", 300),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "maxReplicas": 10,
+            "metrics": metrics,
+            **spec,
+        },
+        "status": {"currentReplicas": 2, "desiredReplicas": 2, "currentMetrics": current},
+    }
+
+
+def cpu(target: Obj) -> Obj:
+    return {"type": "Resource", "resource": {"name": "cpu", "target": target}}
+
+
+def test_hpa() -> None:
+    utilization = hpa(
+        [cpu({"type": "Utilization", "averageUtilization": 80})],
+        [{"type": "Resource", "resource": {"name": "cpu", "current": {"averageUtilization": 42}}}],
+        minReplicas=2,
+    )
+    assert cells(HORIZONTALPODAUTOSCALERS, utilization) == [
+        "web",
+        "Deployment/web",
+        "cpu: 42%/80%",
+        "2",
+        10,
+        2,
+        "5m",
+    ]
+    unread = hpa([cpu({"type": "Utilization", "averageUtilization": 80})], [])
+    assert cells(HORIZONTALPODAUTOSCALERS, unread)[2:4] == ["cpu: <unknown>/80%", "<unset>"]
+    assert cells(HORIZONTALPODAUTOSCALERS, hpa([], []))[2] == "<none>"
+
+
+def test_hpa_metric_kinds() -> None:
+    metrics = [
+        cpu({"type": "AverageValue", "averageValue": "500m"}),
+        {"type": "Pods", "pods": {"metric": {"name": "qps"}, "target": {"type": "AverageValue", "averageValue": "1k"}}},
+        {"type": "External", "external": {"metric": {"name": "queue"}, "target": {"type": "Value", "value": "30"}}},
+    ]
+    current = [
+        {"type": "Resource", "resource": {"name": "cpu", "current": {"averageValue": "0.25"}}},
+        {"type": "Pods", "pods": {"metric": {"name": "qps"}, "current": {"averageValue": "1500"}}},
+    ]
+    assert cells(HORIZONTALPODAUTOSCALERS, hpa(metrics, current))[2] == "cpu: 250m/500m, 1500/1k + 1 more..."
+    others = [
+        {"type": "External", "external": {"target": {"type": "AverageValue", "averageValue": "2"}}},
+        {"type": "Object", "object": {"target": {"type": "Value", "value": "7"}}},
+    ]
+    reading = [
+        {"type": "External", "external": {"current": {"value": "9"}}},
+        {"type": "Object", "object": {"current": {"value": "6"}}},
+    ]
+    assert cells(HORIZONTALPODAUTOSCALERS, hpa(others, reading))[2] == "<unknown>/2 (avg), 6/7"
+    strange: list[Obj] = [
+        {
+            "type": "ContainerResource",
+            "containerResource": {"name": "memory", "container": "app", "target": {"type": "Utilization"}},
+        },
+        {"type": "Custom"},
+    ]
+    assert cells(HORIZONTALPODAUTOSCALERS, hpa(strange, []))[2] == "memory: <unknown>/<auto>, <unknown type>"
+
+
+def test_ingress() -> None:
+    ing: Obj = {
+        "metadata": meta("web"),
+        "spec": {
+            "ingressClassName": "nginx",
+            "rules": [{"host": "a.example.com"}, {"host": "b.example.com"}],
+            "tls": [{"hosts": ["a.example.com"], "secretName": "tls"}],
+        },
+        "status": {
+            "loadBalancer": {
+                "ingress": [{"ip": "203.0.113.10"}, {"hostname": "lb.example.com"}, {"ip": "203.0.113.10"}]
+            }
+        },
+    }
+    assert cells(INGRESSES, ing) == [
+        "web",
+        "nginx",
+        "a.example.com,b.example.com",
+        "203.0.113.10,lb.example.com",
+        "80, 443",
+        "90s",
+    ]
+    ing["spec"] = {"defaultBackend": {"service": {"name": "web", "port": {"number": 80}}}}
+    ing["status"] = {"loadBalancer": {}}
+    assert cells(INGRESSES, ing)[1:5] == ["<none>", "*", "", "80"]
+    ing["spec"] = {"rules": [{"host": "a"}, {}, {"host": "b"}, {"host": "c"}, {"host": "d"}, {}]}
+    assert cells(INGRESSES, ing)[2] == "a,b,c + 3 more..."
+
+
+def test_ingressclass_and_networkpolicy() -> None:
+    ic: Obj = {
+        "metadata": {"name": "nginx", "creationTimestamp": ago(60)},
+        "spec": {
+            "controller": "k8s.io/ingress-nginx",
+            "parameters": {"apiGroup": "k8s.example.com", "kind": "IngressParameters", "name": "external"},
+        },
+    }
+    assert cells(INGRESSCLASSES, ic) == [
+        "nginx",
+        "k8s.io/ingress-nginx",
+        "IngressParameters.k8s.example.com/external",
+        "60s",
+    ]
+    ic["spec"]["parameters"] = {"kind": "ConfigMap", "name": "cfg", "scope": "Namespace", "namespace": "x"}
+    assert cells(INGRESSCLASSES, ic)[2] == "ConfigMap/cfg"
+    ic["spec"].pop("parameters")
+    assert cells(INGRESSCLASSES, ic)[2] == "<none>"
+    np: Obj = {"metadata": meta("deny"), "spec": {"podSelector": {"matchLabels": {"app": "db"}}}}
+    assert cells(NETWORKPOLICIES, np) == ["deny", "app=db", "90s"]
+    np["spec"]["podSelector"] = {}
+    assert cells(NETWORKPOLICIES, np)[1] == "<none>"
+
+
+def test_storageclass() -> None:
+    sc: Obj = {
+        "metadata": {
+            "name": "standard",
+            "creationTimestamp": ago(86400),
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+        },
+        "provisioner": "rancher.io/local-path",
+        "reclaimPolicy": "Retain",
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowVolumeExpansion": True,
+    }
+    assert cells(STORAGECLASSES, sc) == [
+        "standard (default)",
+        "rancher.io/local-path",
+        "Retain",
+        "WaitForFirstConsumer",
+        True,
+        "24h",
+    ]
+    plain: Obj = {"metadata": {"name": "fast"}, "provisioner": "csi.example.com"}
+    assert cells(STORAGECLASSES, plain) == ["fast", "csi.example.com", "Delete", "Immediate", False, "<unknown>"]
+
+
+def test_role_bindings() -> None:
+    rb: Obj = {
+        "metadata": meta("readers", 45),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [
+            {"kind": "User", "name": "alice"},
+            {"kind": "Group", "name": "devs"},
+            {"kind": "User", "name": "bob"},
+            {"kind": "ServiceAccount", "name": "ci", "namespace": "tools"},
+        ],
+    }
+    assert cells(ROLEBINDINGS, rb) == ["readers", "ClusterRole/view", "45s", "alice, bob", "devs", "tools/ci"]
+    crb: Obj = {"metadata": {"name": "admins"}, "roleRef": {"kind": "ClusterRole", "name": "cluster-admin"}}
+    assert cells(CLUSTERROLEBINDINGS, crb) == ["admins", "ClusterRole/cluster-admin", "<unknown>", "", "", ""]
+
+
+def test_webhooks_and_apiservices() -> None:
+    hooks: Obj = {"metadata": {"name": "policy", "creationTimestamp": ago(30)}, "webhooks": [{"name": "a"}, {}]}
+    assert cells(VALIDATINGWEBHOOKCONFIGURATIONS, hooks) == ["policy", 2, "30s"]
+    assert cells(MUTATINGWEBHOOKCONFIGURATIONS, {"metadata": {"name": "none"}}) == ["none", 0, "<unknown>"]
+    local: Obj = {
+        "metadata": {"name": "v1.apps", "creationTimestamp": ago(30)},
+        "spec": {"group": "apps", "version": "v1"},
+        "status": {"conditions": [{"type": "Available", "status": "True", "reason": "Local"}]},
+    }
+    assert cells(APISERVICES, local) == ["v1.apps", "Local", "True", "30s"]
+    remote: Obj = {
+        "metadata": {"name": "v1beta1.metrics.k8s.io", "creationTimestamp": ago(30)},
+        "spec": {"service": {"namespace": "kube-system", "name": "metrics-server"}},
+        "status": {"conditions": [{"type": "Available", "status": "False", "reason": "MissingEndpoints"}]},
+    }
+    assert cells(APISERVICES, remote)[1:3] == ["kube-system/metrics-server", "False (MissingEndpoints)"]
+    remote["status"] = {}
+    assert cells(APISERVICES, remote)[2] == "Unknown"
+
+
+def test_roles_and_crds_keep_the_default_columns() -> None:
+    role: Obj = {"metadata": {"name": "reader", "creationTimestamp": "2027-01-15T08:00:00Z"}, "rules": []}
+    for kind in (ROLES, CLUSTERROLES, CUSTOMRESOURCEDEFINITIONS):
+        assert cells(kind, role) == ["reader", "2027-01-15T08:00:00Z"]
 
 
 # -- the Table envelope ------------------------------------------------------------------------

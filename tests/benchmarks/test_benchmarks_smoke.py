@@ -73,3 +73,40 @@ def test_watch_latency_quick(tmp_path: Path) -> None:
         assert r["watchers"] == doc["config"]["watchers"]
     assert set(doc["ratios_vs_bare"]) == {"apiserver"}
     assert isinstance(doc["target"]["met"], bool)
+
+
+def test_custom_resources_quick(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "custom_resources.py"), "--quick", "--no-pin",
+                           "--results-dir", str(tmp_path)], cwd=REPO, check=False, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc: dict[str, Any] = json.loads((tmp_path / "custom_resources.json").read_text())
+    assert doc["benchmark"] == "custom_resources"
+    assert set(doc["results"]) == {"pods", "widgets"}
+    assert {"create", "update", "latency_p99"} <= set(doc["ratios"])
+    assert all(r["errors"] == 0 for rounds in doc["rounds"].values() for r in rounds)
+    assert isinstance(doc["target"]["met"], bool)
+
+
+def test_list_paging_quick(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "list_paging.py"), "--quick", "--no-pin",
+                           "--results-dir", str(tmp_path)], cwd=REPO, check=False, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc: dict[str, Any] = json.loads((tmp_path / "list_paging.json").read_text())
+    assert doc["benchmark"] == "list_paging"
+    assert set(doc["results"]) == {"full", "paged", "paged_under_writes"}
+    assert doc["results"]["paged"]["items"] == doc["results"]["full"]["items"] == doc["config"]["pods"]
+    assert {"paged_vs_full", "under_writes_vs_paged", "first_page_vs_full"} == set(doc["ratios"])
+
+
+def test_protobuf_creates_quick(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "protobuf_creates.py"), "--quick", "--no-pin",
+                           "--results-dir", str(tmp_path)], cwd=REPO, check=False, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc: dict[str, Any] = json.loads((tmp_path / "protobuf_creates.json").read_text())
+    assert doc["benchmark"] == "protobuf_creates"
+    assert set(doc["results"]) == {"json", "protobuf"}
+    assert {"create", "create_per_cpu"} <= set(doc["ratios"])
+    assert isinstance(doc["target"]["met"], bool)

@@ -92,7 +92,7 @@ def test_a_user_project_runs_the_readme_example_from_the_installed_wheel(wheel: 
     (project / "services" / "__init__.py").write_text(USER_SERVICES)
     tests = project / "tests"
     tests.mkdir()
-    [readme_example] = EXAMPLE.findall((REPO / "README.md").read_text())
+    readme_example = EXAMPLE.findall((REPO / "README.md").read_text())[0]  # the pods one: no extra client
     (tests / "test_readme_example.py").write_text(readme_example)
     (tests / "test_controller.py").write_text(CONTROLLER_TEST)
     (project / "pyproject.toml").write_text('[project]\nname = "user-project"\nversion = "1"\n\n'

@@ -1,0 +1,63 @@
+"""Field errors as kube-apiserver words them: the causes of a 422 Invalid.
+
+Each constructor returns one `Cause` (a `metav1.StatusCause`) whose `message` is what
+apimachinery's `field.Error.ErrorBody()` prints and whose `reason` is its `CauseType`
+(`FieldValueRequired`, `FieldValueInvalid`, ...). `errors.invalid` joins them into the
+Status message (`Kind "name" is invalid: [field: message, ...]`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+Cause = dict[str, str]
+"""One entry of `Status.details.causes`: `reason`, `message` and `field`."""
+
+
+def show(value: Any) -> str:
+    """A value as causes print it: JSON, cut short."""
+    try:
+        text = json.dumps(value, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def required(field: str, detail: str = "") -> Cause:
+    """`Required value` (with an optional detail)."""
+    message = f"Required value: {detail}" if detail else "Required value"
+    return {"reason": "FieldValueRequired", "message": message, "field": field}
+
+
+def invalid(field: str, value: Any, detail: str) -> Cause:
+    """`Invalid value: <value>: <detail>`."""
+    return {"reason": "FieldValueInvalid", "message": f"Invalid value: {show(value)}: {detail}", "field": field}
+
+
+def type_invalid(field: str, value: Any, expected: str) -> Cause:
+    """A value of the wrong JSON type."""
+    return {"reason": "FieldValueTypeInvalid", "message": f"Invalid value: {show(value)}: must be of type {expected}",
+            "field": field}
+
+
+def not_supported(field: str, value: Any, supported: tuple[str, ...]) -> Cause:
+    """`Unsupported value: <value>: supported values: "a", "b"`."""
+    listed = ", ".join(f'"{s}"' for s in supported)
+    return {"reason": "FieldValueNotSupported",
+            "message": f"Unsupported value: {show(value)}: supported values: {listed}", "field": field}
+
+
+def duplicate(field: str, value: Any) -> Cause:
+    """`Duplicate value: <value>`."""
+    return {"reason": "FieldValueDuplicate", "message": f"Duplicate value: {show(value)}", "field": field}
+
+
+def forbidden(field: str, detail: str) -> Cause:
+    """`Forbidden: <detail>`."""
+    return {"reason": "FieldValueForbidden", "message": f"Forbidden: {detail}", "field": field}
+
+
+def immutable(field: str, value: Any) -> Cause:
+    """An immutable field that an update changed."""
+    return invalid(field, value, "field is immutable")
