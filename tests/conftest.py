@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import aiohttp
 import pytest
+from restkit import Rest
 
 from kubemesh.services.machinery.certs import ensure_certs
 from kubemesh.services.mesh.state import free_port
@@ -189,6 +191,13 @@ async def start_apiserver(tmp_path_factory: pytest.TempPathFactory) -> AsyncIter
 async def apiserver(start_apiserver: StartApiServer) -> ApiServer:
     """One apiserver process with the default settings."""
     return await start_apiserver()
+
+
+@pytest.fixture
+async def rest(apiserver: ApiServer) -> AsyncIterator[Rest]:
+    """A JSON client of the test's apiserver process (`restkit.Rest`)."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        yield Rest(session, apiserver)
 
 
 # ---------------------------------------------------------------------------------- kubectl

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -20,7 +19,7 @@ import pytest
 from restkit import Json, Rest
 
 if TYPE_CHECKING:
-    from conftest import ApiServer, StartApiServer
+    from conftest import StartApiServer
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 WIDGETS = "/apis/example.com/v1/namespaces/default/widgets"
@@ -75,12 +74,6 @@ def widget_crd(*, versions: list[Json] | None = None, name: str = "widgets.examp
 def widget(name: str, **spec: Any) -> Json:
     return {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name, "labels": {"app": name}},
             "spec": {"size": 3, **spec}}
-
-
-@pytest.fixture
-async def rest(apiserver: ApiServer) -> AsyncIterator[Rest]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-        yield Rest(session, apiserver)
 
 
 async def established(rest: Rest, crd: Json) -> Json:

@@ -7,10 +7,8 @@ controller-manager's own tests run the real one (tests/controller_manager/test_c
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-import aiohttp
 import pytest
 from restkit import Rest
 
@@ -18,12 +16,6 @@ if TYPE_CHECKING:
     from conftest import ApiServer, RunKubectl
 
 NS = "/api/v1/namespaces"
-
-
-@pytest.fixture
-async def rest(apiserver: ApiServer) -> AsyncIterator[Rest]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-        yield Rest(session, apiserver)
 
 
 @pytest.mark.parametrize("name", ["default", "kube-system", "kube-public", "kube-node-lease"])

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import pytest
 from restkit import Rest
 
@@ -33,10 +31,15 @@ def _inner(spelled: str) -> str:
     return spelled
 
 
-def depth3_path(kind_name: str) -> list[str]:
+def key(kind: Any) -> str:
+    """The kind's entry in schema.json: its name at the storage version, `<apiVersion>/<Kind>` else."""
+    return str(kind.kind) if kind.storage else f"{kind.api_version}/{kind.kind}"
+
+
+def depth3_path(kind: Any) -> list[str]:
     """A field path three levels deep in a kind (under spec when it has one)."""
     kinds, models = model_types()
-    root = models[kinds[kind_name]]
+    root = models[kinds[key(kind)]]
     for first in sorted(root, key=lambda f: (f != "spec", f)):
         m1 = _inner(root[first])
         if m1 not in models:
@@ -45,12 +48,12 @@ def depth3_path(kind_name: str) -> list[str]:
             m2 = _inner(models[m1][second])
             if models.get(m2):
                 return [first, second, sorted(models[m2])[0]]
-    raise AssertionError(f"{kind_name} has no field three levels deep")
+    raise AssertionError(f"{kind.kind} has no field three levels deep")
 
 
 def built_in_kinds() -> list[Any]:
     kinds, _ = model_types()
-    return [k for k in KindTable().all() if k.custom is None and k.kind in kinds and "get" in k.verbs]
+    return [k for k in KindTable().all() if k.custom is None and key(k) in kinds and "get" in k.verbs]
 
 
 def test_every_built_in_kind_has_its_schema_with_the_gvk_in_its_group_version() -> None:
@@ -61,7 +64,7 @@ def test_every_built_in_kind_has_its_schema_with_the_gvk_in_its_group_version() 
         path = f"api/{kind.version}" if not kind.group else f"apis/{kind.group}/{kind.version}"
         doc = api.v3_document(path)
         assert doc is not None, path
-        schema = doc["components"]["schemas"][schema_name(kinds[kind.kind])]
+        schema = doc["components"]["schemas"][schema_name(kinds[key(kind)])]
         assert schema["x-kubernetes-group-version-kind"] == [
             {"group": kind.group, "version": kind.version, "kind": kind.kind}]
         # Every reference resolves inside the document.
@@ -89,19 +92,14 @@ async def test_kubectl_explains_every_built_in_kind_three_levels_deep(apiserver:
                                                                       edge_kubectl_version: str) -> None:
     failures = []
     for kind in built_in_kinds():
-        path = depth3_path(kind.kind)
-        target = ".".join([kind.plural + (f".{kind.group}" if kind.group else ""), *path])
-        done = await asyncio.to_thread(kubectl, edge_kubectl_version, "explain", target, server=apiserver.url,
+        path = depth3_path(kind)
+        target = ".".join([kind.plural, *path])
+        done = await asyncio.to_thread(kubectl, edge_kubectl_version, "explain", target,
+                                       f"--api-version={kind.api_version}", server=apiserver.url,
                                        token=apiserver.token)
         if done.returncode != 0 or f"FIELD: {path[-1]} <" not in done.stdout:
             failures.append(f"{target}: {done.returncode} {done.stderr.strip()[:200]} {done.stdout[:200]!r}")
     assert not failures, "\n".join(failures)
-
-
-@pytest.fixture
-async def rest(apiserver: ApiServer) -> AsyncIterator[Rest]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-        yield Rest(session, apiserver)
 
 
 @pytest.mark.kubectl

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -21,12 +20,6 @@ if TYPE_CHECKING:
     from conftest import ApiServer, RunKubectl, StartApiServer
 
 CMS = "/api/v1/namespaces/default/configmaps"
-
-
-@pytest.fixture
-async def rest(apiserver: ApiServer) -> AsyncIterator[Rest]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-        yield Rest(session, apiserver)
 
 
 async def make(rest: Rest, count: int, *, ns: str = "default", prefix: str = "cm", labels: Any = None) -> None:

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import pytest
 from restkit import Rest
 
@@ -21,12 +19,6 @@ if TYPE_CHECKING:
 CMS = "/api/v1/namespaces/default/configmaps"
 DEPLOYS = "/apis/apps/v1/namespaces/default/deployments"
 APPLY = "application/apply-patch+yaml"
-
-
-@pytest.fixture
-async def rest(apiserver: ApiServer) -> AsyncIterator[Rest]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-        yield Rest(session, apiserver)
 
 
 async def apply(rest: Rest, path: str, body: dict[str, Any], manager: str, *, force: bool = False,

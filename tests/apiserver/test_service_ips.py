@@ -23,7 +23,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,12 +40,6 @@ SVCS = "/api/v1/namespaces/default/services"
 CIDR = ipaddress.ip_network("10.96.0.0/12")
 JSON_KUBECTL = "1.27"
 """A kubectl that sends JSON bodies for `create` and `expose` (1.32+ send protobuf)."""
-
-
-@pytest.fixture
-async def rest(apiserver: ApiServer) -> AsyncIterator[Rest]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-        yield Rest(session, apiserver)
 
 
 def service(name: str, **spec: Any) -> Json:

@@ -16,11 +16,9 @@ from __future__ import annotations
 import base64
 import re
 import subprocess
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import pytest
 from restkit import Json, Rest
 
@@ -37,12 +35,6 @@ BATCH = "/apis/batch/v1/namespaces/default"
 NETWORKING = "/apis/networking.k8s.io/v1"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
-
-
-@pytest.fixture
-async def rest(apiserver: ApiServer) -> AsyncIterator[Rest]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-        yield Rest(session, apiserver)
 
 
 async def create(rest: Rest, collection: str, body: Json, status: Json | None = None) -> Json:

@@ -9,10 +9,8 @@ zero value, which is left out, so `kubectl rollout undo` (which sends a template
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import pytest
 from restkit import Rest
 
@@ -20,16 +18,10 @@ from kubemesh.apiserver.validation import decode_typed
 from kubemesh.services.model.kinds import CONFIGMAPS, DEPLOYMENTS, PODS
 
 if TYPE_CHECKING:
-    from conftest import ApiServer
+    pass
 
 CMS = "/api/v1/namespaces/default/configmaps"
 DEPLOYS = "/apis/apps/v1/namespaces/default/deployments"
-
-
-@pytest.fixture
-async def rest(apiserver: ApiServer) -> AsyncIterator[Rest]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-        yield Rest(session, apiserver)
 
 
 def deployment(name: str, *, image: str = "nginx:1", template_md: dict[str, Any] | None = None) -> dict[str, Any]:
