@@ -278,7 +278,7 @@ def _type_schema(spelled: str, models: dict[str, dict[str, str]], todo: list[str
 def builtin_schemas(kind: Kind) -> dict[str, Obj]:
     """The component schemas of a built-in kind: its model and every model it reaches, by name."""
     kinds, models = model_types()
-    root = kinds.get(kind.kind)
+    root = kinds.get(kind.kind if kind.storage else f"{kind.api_version}/{kind.kind}")
     if root is None or root not in models:
         return {}
     patch_ext = _patch_extensions(kind, root, models)

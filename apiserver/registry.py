@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from kubemesh.apiserver import admission, errors, fieldmanager
+from kubemesh.apiserver import admission, conversion, errors, fieldmanager
 from kubemesh.apiserver.customresources import objects as customobjects
 from kubemesh.apiserver.customresources.definitions import CLEANUP_FINALIZER
 from kubemesh.apiserver.paging import key_of
@@ -162,6 +162,9 @@ class Registry:
     def create(self, kind: Kind, namespace: str | None, body: Any, opts: WriteOptions,
                *, warnings: list[str] | None = None, managed: list[Obj] | None = None) -> Obj:
         """Create an object from a freshly decoded body (which this call takes over)."""
+        storage = conversion.storage_of(kind)
+        if storage is not None:  # a write at another version is a write at the storage version
+            return self.create(storage, namespace, conversion.up(kind, body), opts, warnings=warnings, managed=managed)
         obj = self._check_body(kind, body)
         md = obj.setdefault("metadata", {})
         if not isinstance(md, dict):
@@ -242,6 +245,10 @@ class Registry:
     def update(self, kind: Kind, namespace: str | None, name: str, body: Any, opts: WriteOptions,
                *, subresource: str | None = None, warnings: list[str] | None = None) -> Obj:
         """PUT: replace the object (or only its status) with optimistic concurrency."""
+        storage = conversion.storage_of(kind)
+        if storage is not None:
+            return self.update(storage, namespace, name, conversion.up(kind, body), opts, subresource=subresource,
+                               warnings=warnings)
         old = self.get(kind, namespace, name)
         new = self._check_body(kind, body)
         md = new.get("metadata")
@@ -259,6 +266,10 @@ class Registry:
               opts: WriteOptions, *, subresource: str | None = None,
               warnings: list[str] | None = None) -> tuple[Obj, bool]:
         """PATCH with any of the four types; returns (object, created) — apply may create."""
+        storage = conversion.storage_of(kind)
+        if storage is not None:
+            return self._patch_at_version(kind, storage, namespace, name, patch, patch_type, opts,
+                                          subresource=subresource, warnings=warnings), False
         key = _key(kind, namespace, name)
         old = self.store.get(kind, key)
         if patch_type == "apply":
@@ -277,23 +288,46 @@ class Registry:
             md["name"] = name
             managed = md.pop("managedFields", None)
             return self.create(kind, namespace, body, opts, warnings=warnings, managed=managed), True
-        try:
-            if patch_type == "apply":
+        if patch_type == "apply":
+            try:
                 patched = fieldmanager.apply(kind, old, patch, manager=opts.field_manager, force=opts.force,
                                              subresource=subresource, now=format_time(self.clock.now()))
-                managed = patched["metadata"].pop("managedFields", None)
-            else:
-                patched = self._apply_patch(kind, old, patch, patch_type)
-        except PatchError as exc:
-            if exc.code == 400:
-                raise errors.bad_request(str(exc)) from exc
-            raise errors.StatusError(422, "Invalid", str(exc)) from exc
-        if not isinstance(patched.get("metadata"), dict):
-            raise errors.StatusError(422, "Invalid", "the patch produced an object without metadata")
+            except PatchError as exc:
+                raise _patch_status(exc) from exc
+            managed = patched["metadata"].pop("managedFields", None)
+        else:
+            patched = self._patched(kind, old, patch, patch_type)
         if patched["metadata"].get("name", name) != name:
             raise errors.bad_request("a patch cannot change metadata.name")
         patched = self._field_validation(kind, name, patched, opts, warnings)
         return self._commit_update(kind, old, patched, opts, subresource=subresource, managed=managed), False
+
+    def _patch_at_version(self, kind: Kind, storage: Kind, namespace: str | None, name: str, patch: Any,
+                          patch_type: str, opts: WriteOptions, *, subresource: str | None,
+                          warnings: list[str] | None) -> Obj:
+        """A patch sent at a version other than the storage one: applied to the object as read at it.
+
+        The result goes back to the storage version as an update that must find the object as
+        it was read (its resourceVersion), so no write can fall in between.
+        """
+        if patch_type == "apply":
+            raise errors.unsupported_media_type(f"application/apply-patch+yaml (server-side apply at "
+                                                f"{kind.api_version}; apply at {storage.api_version})")
+        old = self.get(storage, namespace, name)
+        patched = self._patched(kind, conversion.at_version(kind, old), patch, patch_type)
+        patched["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        return self.update(storage, namespace, name, conversion.up(kind, patched), opts, subresource=subresource,
+                           warnings=warnings)
+
+    def _patched(self, kind: Kind, old: Obj, patch: Any, patch_type: str) -> Obj:
+        """`old` with a (non-apply) patch applied; the patch's failures as Status errors."""
+        try:
+            patched = self._apply_patch(kind, old, patch, patch_type)
+        except PatchError as exc:
+            raise _patch_status(exc) from exc
+        if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
+            raise errors.StatusError(422, "Invalid", "the patch produced an object without metadata")
+        return patched
 
     def _apply_patch(self, kind: Kind, old: Obj, patch: Any, patch_type: str) -> Any:
         if patch_type == "json":
@@ -701,6 +735,10 @@ _MICRO_TIMES: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
 _TIMES: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
     "Event": (("firstTimestamp",), ("lastTimestamp",)),
 }
+
+
+def _patch_status(exc: PatchError) -> errors.StatusError:
+    return errors.bad_request(str(exc)) if exc.code == 400 else errors.StatusError(422, "Invalid", str(exc))
 
 
 def select(objects: Iterable[Obj], *, namespace: str | None, labels: LabelSelector | None,

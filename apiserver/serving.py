@@ -23,7 +23,7 @@ import yaml
 from aiohttp import HttpVersion11, web
 from aiohttp.abc import AbstractStreamWriter
 
-from kubemesh.apiserver import discovery, errors, paging, protobuf, reviews, tables
+from kubemesh.apiserver import conversion, discovery, errors, paging, protobuf, reviews, tables
 from kubemesh.apiserver.customresources import objects as customobjects
 from kubemesh.apiserver.discovery import Discovery
 from kubemesh.apiserver.openapi import OPENAPI_V2_CONTENT_TYPE, OpenApi
@@ -552,7 +552,7 @@ class Api:
     def get(self, request: web.Request, t: Target) -> web.Response:
         """GET one object (a one-row Table when kubectl asks for one)."""
         assert t.name is not None
-        obj = customobjects.at_version(t.kind, self.registry.get(t.kind, t.namespace, t.name))
+        obj = conversion.at_version(t.kind, self.registry.get(t.kind, t.namespace, t.name))
         if tables.wants_table(request.headers.get("Accept")):
             return render(request, tables.to_table(
                 t.kind, [obj], now=self.registry.clock.now(),
@@ -610,8 +610,8 @@ class Api:
                                                    resource_version=rv_text,
                                                    include_object=include_object(request),
                                                    continue_token=next_token))
-        if t.kind.custom is not None:
-            items = [customobjects.at_version(t.kind, o) for o in items]
+        if conversion.differs(t.kind):
+            items = [conversion.at_version(t.kind, o) for o in items]
         meta: Obj = {"resourceVersion": rv_text}
         if next_token is not None:
             meta["continue"] = next_token
@@ -714,9 +714,9 @@ class Api:
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         event = self.hub.event_at(kind, int(rv)) if rv.isdigit() else None
         if event is None or event.obj is not obj:
-            return render(request, customobjects.at_version(kind, obj), status=status, warnings=warnings)
-        if kind.custom is not None and customobjects.at_version(kind, obj) is not obj:
-            return render(request, customobjects.at_version(kind, obj), status=status, warnings=warnings)
+            return render(request, conversion.at_version(kind, obj), status=status, warnings=warnings)
+        if conversion.differs(kind):
+            return render(request, conversion.at_version(kind, obj), status=status, warnings=warnings)
         enc = response_encoding(request)
         request[RESPONSE_RV] = rv
         return _response(event.body(enc), enc, status=status, warnings=warnings)
@@ -775,7 +775,7 @@ class Api:
         opts = DeleteOptions.from_obj(body, dict(request.query))
         labels, fields = selectors(request, t.kind)
         items = self.registry.delete_collection(t.kind, t.namespace, labels=labels, fields=fields, opts=opts)
-        items = [customobjects.at_version(t.kind, o) for o in items]
+        items = [conversion.at_version(t.kind, o) for o in items]
         return render(request, {"kind": list_kind(t.kind), "apiVersion": t.kind.api_version,
                                 "metadata": {"resourceVersion": str(self.registry.store.revision)},
                                 "items": items})

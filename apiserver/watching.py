@@ -47,7 +47,7 @@ import msgpack
 import orjson
 import structlog
 
-from kubemesh.apiserver.customresources import objects as customobjects
+from kubemesh.apiserver import conversion
 from kubemesh.apiserver.history import Seen
 from kubemesh.apiserver.storage import EventType, Store
 from kubemesh.services.model.codec import Encoding
@@ -318,8 +318,8 @@ class Watcher:
         self._flusher = flusher
         self.sink: Sink | None = None
         """The connection, for the direct path (set by the server once the response is started)."""
-        self.converts = getattr(kind.custom, "storage_api_version", kind.api_version) != kind.api_version
-        """A custom resource watched at another version than it is stored at: frames are its own."""
+        self.converts = conversion.differs(kind)
+        """A resource watched at another version than it is stored at: frames are its own."""
         self.direct = False
         """Whether new items are written by the flusher (True) or by the stream's task."""
 
@@ -418,7 +418,7 @@ class Watcher:
             obj = event.object_for(use_prev=use_prev)
             return encode_event(type_, self.table_row(self.kind, obj), "json")
         if self.converts:
-            return encode_event(type_, customobjects.at_version(self.kind, event.object_for(use_prev=use_prev)),
+            return encode_event(type_, conversion.at_version(self.kind, event.object_for(use_prev=use_prev)),
                                 self.encoding)
         return event.frame(type_, self.encoding, use_prev=use_prev)
 
@@ -469,7 +469,8 @@ class Watcher:
         self.delivered += len(items)
         if self.on_deliver is not None:
             self.on_deliver(self, items)
-        if self.table_row is not None:
+        if self.table_row is not None or self.converts:
+            # Frames of its own (rows, or objects at another version): never the shared ones.
             return b"".join([self._frame(item) for item in items])
         enc = self.encoding
         memo = self._flusher.memo if in_flush and self._flusher is not None else None
@@ -629,7 +630,7 @@ class WatchHub:
                 if w.table_row is not None:
                     w.add_initial(encode_event("ADDED", w.table_row(kind, obj), "json"))
                 else:
-                    w.add_initial(encode_event("ADDED", customobjects.at_version(kind, obj), w.encoding))
+                    w.add_initial(encode_event("ADDED", conversion.at_version(kind, obj), w.encoding))
             if send_initial_events:
                 w.initial_end_rv = self.store.revision
                 if not w.initial:

@@ -352,6 +352,6 @@ def _start(ctx: ControllerContext) -> Started:
     return Started(run=run(), controller=gc)
 
 
-_BUILTIN: Final = tuple(InformerNeed(kind=k, indexers=GC_INDEXES) for k in KINDS if monitorable(k))
+_BUILTIN: Final = tuple(InformerNeed(kind=k, indexers=GC_INDEXES) for k in KINDS if k.storage and monitorable(k))
 CONTROLLER = ControllerSpec(name="garbage-collector",
                             informers=(*_BUILTIN, InformerNeed(kind=CUSTOMRESOURCEDEFINITIONS)), start=_start)

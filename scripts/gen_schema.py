@@ -11,7 +11,7 @@ type reachable from a served kind is written once, by model name, so the file st
 
 Format:
 
-    {"kinds": {"Pod": "V1Pod", ...},
+    {"kinds": {"Pod": "V1Pod", ..., "autoscaling/v1/HorizontalPodAutoscaler": "V1HorizontalPodAutoscaler"},
      "types": {"V1Pod": {"apiVersion": "", "metadata": "V1ObjectMeta", ...}, ...},
      "fieldTypes": {"V1Pod": {"apiVersion": "str", "metadata": "V1ObjectMeta", ...}, ...}}
 
@@ -92,7 +92,9 @@ def model_for(models: Any, kind: str, version: str = "v1") -> str:
 def build() -> dict[str, Any]:
     """Build the schema document."""
     models = _models()
-    kinds = {k.kind: model_for(models, k.kind, k.version) for k in KINDS}
+    # A kind's storage version by its name; another served version by `<apiVersion>/<Kind>`.
+    kinds = {(k.kind if k.storage else f"{k.api_version}/{k.kind}"): model_for(models, k.kind, k.version)
+             for k in KINDS}
     kinds.update(EXTRA_KINDS)
     types: dict[str, dict[str, str]] = {}
     field_types: dict[str, dict[str, str]] = {}

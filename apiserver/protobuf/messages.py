@@ -53,6 +53,8 @@ KINDS: Final[dict[tuple[str, str], str]] = {
         "k8s.io.api.authorization.v1.SelfSubjectRulesReview",
     ("authorization.k8s.io/v1", "SubjectAccessReview"):
         "k8s.io.api.authorization.v1.SubjectAccessReview",
+    ("autoscaling/v1", "HorizontalPodAutoscaler"):
+        "k8s.io.api.autoscaling.v1.HorizontalPodAutoscaler",
     ("autoscaling/v1", "Scale"):
         "k8s.io.api.autoscaling.v1.Scale",
     ("autoscaling/v2", "HorizontalPodAutoscaler"):
@@ -95,6 +97,8 @@ KINDS: Final[dict[tuple[str, str], str]] = {
         "k8s.io.api.core.v1.Endpoints",
     ("v1", "Event"):
         "k8s.io.api.core.v1.Event",
+    ("v1", "LimitRange"):
+        "k8s.io.api.core.v1.LimitRange",
     ("v1", "Namespace"):
         "k8s.io.api.core.v1.Namespace",
     ("v1", "Node"):
@@ -107,6 +111,8 @@ KINDS: Final[dict[tuple[str, str], str]] = {
         "k8s.io.api.core.v1.Pod",
     ("v1", "ReplicationController"):
         "k8s.io.api.core.v1.ReplicationController",
+    ("v1", "ResourceQuota"):
+        "k8s.io.api.core.v1.ResourceQuota",
     ("v1", "Secret"):
         "k8s.io.api.core.v1.Secret",
     ("v1", "Service"):
@@ -439,6 +445,29 @@ MESSAGES: Final[dict[str, tuple[Field, ...]]] = {
         (2, "nonResourceRules", "k8s.io.api.authorization.v1.NonResourceRule", "list", False),
         (3, "incomplete", "bool", "val", False),
         (4, "evaluationError", "string", "val", True),
+    ),
+    "k8s.io.api.autoscaling.v1.CrossVersionObjectReference": (
+        (1, "kind", "string", "val", False),
+        (2, "name", "string", "val", False),
+        (3, "apiVersion", "string", "val", True),
+    ),
+    "k8s.io.api.autoscaling.v1.HorizontalPodAutoscaler": (
+        (1, "metadata", "k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta", "val", True),
+        (2, "spec", "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerSpec", "val", True),
+        (3, "status", "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerStatus", "val", True),
+    ),
+    "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerSpec": (
+        (1, "scaleTargetRef", "k8s.io.api.autoscaling.v1.CrossVersionObjectReference", "val", False),
+        (2, "minReplicas", "int32", "ptr", True),
+        (3, "maxReplicas", "int32", "val", False),
+        (4, "targetCPUUtilizationPercentage", "int32", "ptr", True),
+    ),
+    "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerStatus": (
+        (1, "observedGeneration", "int64", "ptr", True),
+        (2, "lastScaleTime", "k8s.io.apimachinery.pkg.apis.meta.v1.Time", "ptr", True),
+        (3, "currentReplicas", "int32", "val", False),
+        (4, "desiredReplicas", "int32", "val", False),
+        (5, "currentCPUUtilizationPercentage", "int32", "ptr", True),
     ),
     "k8s.io.api.autoscaling.v1.Scale": (
         (1, "metadata", "k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta", "val", True),
@@ -1138,6 +1167,21 @@ MESSAGES: Final[dict[str, tuple[Field, ...]]] = {
         (3, "tcpSocket", "k8s.io.api.core.v1.TCPSocketAction", "ptr", True),
         (4, "sleep", "k8s.io.api.core.v1.SleepAction", "ptr", True),
     ),
+    "k8s.io.api.core.v1.LimitRange": (
+        (1, "metadata", "k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta", "val", True),
+        (2, "spec", "k8s.io.api.core.v1.LimitRangeSpec", "val", True),
+    ),
+    "k8s.io.api.core.v1.LimitRangeItem": (
+        (1, "type", "string", "val", False),
+        (2, "max", "k8s.io.apimachinery.pkg.api.resource.Quantity", "map", True),
+        (3, "min", "k8s.io.apimachinery.pkg.api.resource.Quantity", "map", True),
+        (4, "default", "k8s.io.apimachinery.pkg.api.resource.Quantity", "map", True),
+        (5, "defaultRequest", "k8s.io.apimachinery.pkg.api.resource.Quantity", "map", True),
+        (6, "maxLimitRequestRatio", "k8s.io.apimachinery.pkg.api.resource.Quantity", "map", True),
+    ),
+    "k8s.io.api.core.v1.LimitRangeSpec": (
+        (1, "limits", "k8s.io.api.core.v1.LimitRangeItem", "list", False),
+    ),
     "k8s.io.api.core.v1.LinuxContainerUser": (
         (1, "uid", "int64", "val", False),
         (2, "gid", "int64", "val", False),
@@ -1629,6 +1673,20 @@ MESSAGES: Final[dict[str, tuple[Field, ...]]] = {
         (1, "resourceID", "string", "val", False),
         (2, "health", "string", "val", True),
     ),
+    "k8s.io.api.core.v1.ResourceQuota": (
+        (1, "metadata", "k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta", "val", True),
+        (2, "spec", "k8s.io.api.core.v1.ResourceQuotaSpec", "val", True),
+        (3, "status", "k8s.io.api.core.v1.ResourceQuotaStatus", "val", True),
+    ),
+    "k8s.io.api.core.v1.ResourceQuotaSpec": (
+        (1, "hard", "k8s.io.apimachinery.pkg.api.resource.Quantity", "map", True),
+        (2, "scopes", "string", "list", True),
+        (3, "scopeSelector", "k8s.io.api.core.v1.ScopeSelector", "ptr", True),
+    ),
+    "k8s.io.api.core.v1.ResourceQuotaStatus": (
+        (1, "hard", "k8s.io.apimachinery.pkg.api.resource.Quantity", "map", True),
+        (2, "used", "k8s.io.apimachinery.pkg.api.resource.Quantity", "map", True),
+    ),
     "k8s.io.api.core.v1.ResourceRequirements": (
         (1, "limits", "k8s.io.apimachinery.pkg.api.resource.Quantity", "map", True),
         (2, "requests", "k8s.io.apimachinery.pkg.api.resource.Quantity", "map", True),
@@ -1667,6 +1725,14 @@ MESSAGES: Final[dict[str, tuple[Field, ...]]] = {
         (8, "volumeName", "string", "val", True),
         (9, "fsType", "string", "val", True),
         (10, "readOnly", "bool", "val", True),
+    ),
+    "k8s.io.api.core.v1.ScopeSelector": (
+        (1, "matchExpressions", "k8s.io.api.core.v1.ScopedResourceSelectorRequirement", "list", True),
+    ),
+    "k8s.io.api.core.v1.ScopedResourceSelectorRequirement": (
+        (1, "scopeName", "string", "val", False),
+        (2, "operator", "string", "val", False),
+        (3, "values", "string", "list", True),
     ),
     "k8s.io.api.core.v1.SeccompProfile": (
         (1, "type", "string", "val", False),

@@ -46,7 +46,7 @@ _log = structlog.get_logger("kubemesh.services.machinery.eventing")
 NORMAL: Final = "Normal"
 WARNING: Final = "Warning"
 
-_API_VERSIONS: Final[dict[str, str]] = {k.kind: k.api_version for k in KINDS}
+_API_VERSIONS: Final[dict[str, str]] = {k.kind: k.api_version for k in KINDS if k.storage}
 
 
 class EventClient(Protocol):

@@ -245,6 +245,15 @@ PERSISTENTVOLUMECLAIMS: Final = Kind(
     singular="persistentvolumeclaim", namespaced=True, short_names=("pvc",),
     subresources=(Subresource(name="status", kind="PersistentVolumeClaim", verbs=_STATUS),),
 )
+RESOURCEQUOTAS: Final = Kind(
+    group="", version="v1", kind="ResourceQuota", plural="resourcequotas", singular="resourcequota",
+    namespaced=True, short_names=("quota",),
+    subresources=(Subresource(name="status", kind="ResourceQuota", verbs=_STATUS),),
+)
+LIMITRANGES: Final = Kind(
+    group="", version="v1", kind="LimitRange", plural="limitranges", singular="limitrange", namespaced=True,
+    short_names=("limits",), has_status=False,
+)
 PERSISTENTVOLUMES: Final = Kind(
     group="", version="v1", kind="PersistentVolume", plural="persistentvolumes", singular="persistentvolume",
     namespaced=False, short_names=("pv",),
@@ -280,6 +289,12 @@ HORIZONTALPODAUTOSCALERS: Final = Kind(
     singular="horizontalpodautoscaler", namespaced=True, short_names=("hpa",), categories=("all",),
     subresources=(Subresource(name="status", kind="HorizontalPodAutoscaler", verbs=_STATUS),),
 )
+HORIZONTALPODAUTOSCALERS_V1: Final = Kind(
+    group="autoscaling", version="v1", kind="HorizontalPodAutoscaler", plural="horizontalpodautoscalers",
+    singular="horizontalpodautoscaler", namespaced=True, short_names=("hpa",), categories=("all",),
+    subresources=(Subresource(name="status", kind="HorizontalPodAutoscaler", verbs=_STATUS),), storage=False,
+)
+"""The autoscaling/v1 version kubectl 1.27-1.31 `autoscale` creates, stored at v2 (`apiserver.conversion`)."""
 ENDPOINTSLICES: Final = Kind(
     group="discovery.k8s.io", version="v1", kind="EndpointSlice", plural="endpointslices",
     singular="endpointslice", namespaced=True, has_status=False,
@@ -361,13 +376,14 @@ KINDS: Final[tuple[Kind, ...]] = (
     NAMESPACES, NODES, PODS, BINDINGS, EVENTS, CONFIGMAPS, SERVICES, LEASES,
     DEPLOYMENTS, REPLICASETS, DAEMONSETS, PRIORITYCLASSES, PODDISRUPTIONBUDGETS,
     SECRETS, SERVICEACCOUNTS, ENDPOINTS, PERSISTENTVOLUMECLAIMS, PERSISTENTVOLUMES, REPLICATIONCONTROLLERS,
-    STATEFULSETS, CONTROLLERREVISIONS, JOBS, CRONJOBS, HORIZONTALPODAUTOSCALERS, ENDPOINTSLICES, INGRESSES,
-    INGRESSCLASSES, NETWORKPOLICIES, STORAGECLASSES, ROLES, ROLEBINDINGS, CLUSTERROLES, CLUSTERROLEBINDINGS,
+    RESOURCEQUOTAS, LIMITRANGES, STATEFULSETS, CONTROLLERREVISIONS, JOBS, CRONJOBS,
+    HORIZONTALPODAUTOSCALERS, HORIZONTALPODAUTOSCALERS_V1, ENDPOINTSLICES, INGRESSES, INGRESSCLASSES,
+    NETWORKPOLICIES, STORAGECLASSES, ROLES, ROLEBINDINGS, CLUSTERROLES, CLUSTERROLEBINDINGS,
     VALIDATINGWEBHOOKCONFIGURATIONS, MUTATINGWEBHOOKCONFIGURATIONS, CUSTOMRESOURCEDEFINITIONS, APISERVICES,
     SELFSUBJECTACCESSREVIEWS, SELFSUBJECTRULESREVIEWS, SUBJECTACCESSREVIEWS, SELFSUBJECTREVIEWS,
 )
 
-STORED_KINDS: Final[tuple[Kind, ...]] = tuple(k for k in KINDS if "get" in k.verbs)
+STORED_KINDS: Final[tuple[Kind, ...]] = tuple(k for k in KINDS if "get" in k.verbs and k.storage)
 """Kinds with objects in the store (bindings are create-only and never stored)."""
 
 _BY_PATH: Final[dict[tuple[str, str, str], Kind]] = {(k.group, k.version, k.plural): k for k in KINDS}

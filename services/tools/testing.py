@@ -325,7 +325,7 @@ class KubemeshCluster:
 
 def _resettable_kinds() -> list[Kind]:
     """Namespaced kinds a test can create and delete, owners first (pods last: controllers stop first)."""
-    kinds = [k for k in KINDS if k.namespaced and {"list", "delete"} <= set(k.verbs) and k is not PODS]
+    kinds = [k for k in KINDS if k.namespaced and k.storage and {"list", "delete"} <= set(k.verbs) and k is not PODS]
     return [*kinds, PODS]
 
 

@@ -81,11 +81,12 @@ def test_api_group_list() -> None:
 
 def test_groups_without_resources_are_not_advertised() -> None:
     # client-go fails legacy discovery on an empty APIResourceList ("received empty response").
-    # Only autoscaling/v2 has a kind (HorizontalPodAutoscaler); v1 and the retired groups are absent.
-    assert served_group_versions()["autoscaling"] == ("v2",)
-    assert {"groupVersion": "autoscaling/v1", "version": "v1"} not in next(
-        g["versions"] for g in api_group_list()["groups"] if g["name"] == "autoscaling")
-    assert api_resource_list("autoscaling", "v1") is None
+    # autoscaling serves v2 (preferred) and v1 (the HorizontalPodAutoscaler kubectl < 1.32 creates,
+    # stored at v2); its v2beta versions and the retired groups are absent.
+    assert served_group_versions()["autoscaling"] == ("v2", "v1")
+    autoscaling = next(g for g in api_group_list()["groups"] if g["name"] == "autoscaling")
+    assert autoscaling["preferredVersion"] == {"groupVersion": "autoscaling/v2", "version": "v2"}
+    assert api_resource_list("autoscaling", "v2beta2") is None
     assert "extensions" not in {g["name"] for g in api_group_list()["groups"]}
     for group, versions in served_group_versions().items():
         for version in versions:

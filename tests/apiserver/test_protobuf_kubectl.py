@@ -7,10 +7,8 @@ through protobuf must equal those kubectl 1.30 creates through JSON, once what t
 assigns is set aside. Each binary is called by its own path (`kubectl_command`), never through
 the dispatcher on PATH. No controller runs: what a command stores is what is checked.
 
-Two commands need kinds the apiserver does not serve, and are marked as expected failures
-(strict: they turn into errors once the kinds exist): `create quota` (v1 ResourceQuota) and,
-on kubectl < 1.32, `autoscale` (it creates an autoscaling/v1 HorizontalPodAutoscaler; the
-server serves autoscaling/v2 only).
+`autoscale` on kubectl < 1.32 creates an autoscaling/v1 HorizontalPodAutoscaler, which the
+server stores at autoscaling/v2 (`apiserver.conversion`): the check reads it back at v2.
 """
 
 from __future__ import annotations
@@ -124,8 +122,6 @@ class Command:
     setup: tuple[Callable[[Ctx], list[str]], ...] = ()
     protobuf: bool = True
     """Whether kubectl 1.32+ sends this command's body as protobuf (typed creates)."""
-    xfail_before: str | None = None
-    xfail: str | None = None
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -253,8 +249,7 @@ COMMANDS = [
     Command("create quota",
             lambda c: ["create", "quota", "q", "--hard=pods=10,requests.cpu=1", "-n", c.ns],
             lambda c: _ns(c, "resourcequotas", "q"),
-            lambda c: {"spec": {"hard": {"pods": "10", "requests.cpu": "1"}}},
-            xfail="the apiserver does not serve v1 ResourceQuota (resourcequotas)"),
+            lambda c: {"spec": {"hard": {"pods": "10", "requests.cpu": "1"}}}),
     Command("run", lambda c: ["run", "solo", "--image=nginx", "--labels=app=solo", "--env=A=B", "--port=80",
                               "-n", c.ns],
             lambda c: _ns(c, "pods", "solo"),
@@ -274,9 +269,7 @@ COMMANDS = [
                 "apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "metrics": [
                 {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization",
                                                                              "averageUtilization": 80}}}]}},
-            setup=(_deploy,),
-            xfail_before="kubectl < 1.32 creates an autoscaling/v1 HorizontalPodAutoscaler, which the apiserver "
-                         "does not serve (autoscaling/v2 only)"),
+            setup=(_deploy,)),
     Command("set image", lambda c: ["set", "image", "deployment/web", "nginx=nginx:2", "-n", c.ns], _WEB,
             lambda c: {"spec": {"template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:2"}]}}}},
             setup=(_deploy,), protobuf=False),
@@ -354,16 +347,8 @@ class Runner:
 
 
 def _params() -> list[Any]:
-    out = []
-    for version in VERSIONS:
-        for command in COMMANDS:
-            marks = []
-            if command.xfail is not None:
-                marks.append(pytest.mark.xfail(reason=command.xfail, strict=True))
-            elif command.xfail_before is not None and version < "1.32":
-                marks.append(pytest.mark.xfail(reason=command.xfail_before, strict=True))
-            out.append(pytest.param(version, command, marks=marks, id=f"{version}-{command.name}"))
-    return out
+    return [pytest.param(version, command, id=f"{version}-{command.name}")
+            for version in VERSIONS for command in COMMANDS]
 
 
 @pytest.mark.parametrize(("version", "command"), _params())
@@ -396,7 +381,7 @@ def comparable(obj: Json, ctx: Ctx) -> Json:
     return out
 
 
-PROTOBUF_CREATES = [c for c in COMMANDS if c.protobuf and c.xfail is None and c.xfail_before is None]
+PROTOBUF_CREATES = [c for c in COMMANDS if c.protobuf]
 
 
 @pytest.mark.parametrize("command", PROTOBUF_CREATES, ids=[c.name for c in PROTOBUF_CREATES])
