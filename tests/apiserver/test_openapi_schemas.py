@@ -1,7 +1,7 @@
 """Component schemas for every built-in kind: `kubectl explain` to depth 3, apply patches that agree.
 
 The schemas come from `schema.json` (the official client's models), with the server's own
-strategic-merge rules as patch extensions; kubectl 1.27 and 1.33 explain a field three levels
+strategic-merge rules as patch extensions; kubectl 1.27, 1.30 and 1.33 explain a field three levels
 deep on every built-in kind, and kubectl 1.33's client-side apply (which computes its patch
 from the v3 schema) removes a container from a Deployment as upstream does.
 """
@@ -88,13 +88,14 @@ def test_lists_carry_the_servers_merge_rules() -> None:
 
 @pytest.mark.kubectl
 @pytest.mark.slow
+@pytest.mark.parametrize("version", ["1.27", "1.30", "1.33"])
 async def test_kubectl_explains_every_built_in_kind_three_levels_deep(apiserver: ApiServer, kubectl: RunKubectl,
-                                                                      edge_kubectl_version: str) -> None:
+                                                                      version: str) -> None:
     failures = []
     for kind in built_in_kinds():
         path = depth3_path(kind)
         target = ".".join([kind.plural, *path])
-        done = await asyncio.to_thread(kubectl, edge_kubectl_version, "explain", target,
+        done = await asyncio.to_thread(kubectl, version, "explain", target,
                                        f"--api-version={kind.api_version}", server=apiserver.url,
                                        token=apiserver.token)
         if done.returncode != 0 or f"FIELD: {path[-1]} <" not in done.stdout:

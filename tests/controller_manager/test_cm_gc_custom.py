@@ -1,4 +1,4 @@
-"""The garbage collector across custom resources, end to end on a real mesh (kubectl 1.33).
+"""The garbage collector across custom resources and any built-in kind, end to end on a real mesh (kubectl 1.33).
 
 One mesh of two nodes at clock rate 20 is shared by the module. Every CRD here is created
 after the controller-manager started, so each test also proves that the collector picked the
@@ -12,7 +12,9 @@ and checks that no process was restarted. What the tests prove:
 * with orphan propagation the pods stay, running, with the owner reference removed;
 * a pod owning a custom object: deleting the pod collects the custom object;
 * a CRD created after the controller-manager started: a custom object owned by a ConfigMap
-  and a ConfigMap owned by a custom object of the new kind are both collected.
+  and a ConfigMap owned by a custom object of the new kind are both collected;
+* built-in owners too: a ConfigMap and a Service owned by a deleted Deployment are collected, and
+  a ConfigMap owner deleted in the foreground goes after its child, in orphan mode without it.
 
 Every deadline is in cluster seconds (`MeshEnv.until`, `Story.holds`).
 """
@@ -36,7 +38,7 @@ from cm_e2e import (
     terminating,
 )
 
-from kubemesh.services.model.kinds import CONFIGMAPS, PODS, Kind, Obj
+from kubemesh.services.model.kinds import CONFIGMAPS, DEPLOYMENTS, PODS, SERVICES, Kind, Obj
 
 pytestmark = [pytest.mark.slow, pytest.mark.kubectl, pytest.mark.asyncio(loop_scope="module")]
 
@@ -194,3 +196,63 @@ async def test_a_crd_created_after_the_controller_manager_started_is_collected(s
 
     assert {p.name: p.pid for p in s.env.mesh.processes} == kcm_before, "no process was restarted"
     assert not s.env.mesh.crashed()
+
+
+# ------------------------------------------------------------------------------ built-in owners
+
+
+async def test_a_config_map_and_a_service_owned_by_a_deployment_are_collected(story: Story) -> None:
+    s = story
+    await s.run("create", "deployment", "owner-web", "--image=nginx", "--replicas=1")
+    deploy = await s.get(DEPLOYMENTS, "owner-web", NS)
+    assert deploy is not None
+    owners = [owner_ref(deploy)]
+    await s.apply({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "owner-web-config", "namespace": NS, "ownerReferences": owners},
+                   "data": {"k": "v"}},
+                  {"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": "owner-web-svc", "namespace": NS, "ownerReferences": owners},
+                   "spec": {"selector": {"app": "owner-web"}, "ports": [{"port": 80}]}})
+    await s.run("delete", "deployment", "owner-web")
+
+    async def both_gone() -> bool:
+        return await absent(s, CONFIGMAPS, "owner-web-config") and await absent(s, SERVICES, "owner-web-svc")
+
+    await s.until(both_gone, within=30 + SLACK, what="the Deployment's ConfigMap and Service collected")
+
+
+async def test_foreground_and_orphan_deletion_of_a_config_map_owner(story: Story) -> None:
+    s = story
+
+    async def parent_and_child(prefix: str) -> None:
+        await s.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{prefix}-parent",
+                                                                              "namespace": NS}})
+        parent = await s.get(CONFIGMAPS, f"{prefix}-parent", NS)
+        assert parent is not None
+        await s.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+            "name": f"{prefix}-child", "namespace": NS, "ownerReferences": [owner_ref(parent)]}})
+
+    # Foreground: the owner is marked (foregroundDeletion) and goes only after its blocking child.
+    await parent_and_child("fgc")
+    since = await s.history_index()
+    await s.run("delete", "configmap", "fgc-parent", "--cascade=foreground",
+                f"--timeout={s.timeout(30 + SLACK)}", within=30 + SLACK)
+    assert await absent(s, CONFIGMAPS, "fgc-parent") and await absent(s, CONFIGMAPS, "fgc-child")
+    records = await s.writes(since=since, resource="configmaps", keys=[f"{NS}/fgc-parent", f"{NS}/fgc-child"])
+    parent_events = [r["event"] for r in records if r["key"] == f"{NS}/fgc-parent"]
+    assert parent_events[0] == "MODIFIED" and parent_events[-1] == "DELETED", records  # marked, then removed
+    deleted = {r["key"]: r["rv"] for r in records if r["event"] == "DELETED"}
+    assert deleted[f"{NS}/fgc-child"] < deleted[f"{NS}/fgc-parent"], records
+
+    # Orphan: the owner goes, the child stays without its owner reference.
+    await parent_and_child("orc")
+    await s.run("delete", "configmap", "orc-parent", "--cascade=orphan",
+                f"--timeout={s.timeout(30 + SLACK)}", within=30 + SLACK)
+    assert await absent(s, CONFIGMAPS, "orc-parent")
+
+    async def released() -> Obj | None:
+        child = await s.get(CONFIGMAPS, "orc-child", NS)
+        return child if child is not None and not child["metadata"].get("ownerReferences") else None
+
+    await s.until(released, within=30, what="the orphaned ConfigMap released")
+    await s.holds(lambda: _present(s, CONFIGMAPS, "orc-child"), during=20, what="the orphaned ConfigMap stays")
