@@ -664,19 +664,16 @@ class WatchHub:
             self._general[w.kind.resource].add(w)
 
     def event_at(self, kind: Kind, rv: int) -> Event | None:
-        """The event a write at revision `rv` published (None when it left the window or was never one).
+        """The event the write at revision `rv` published, if it is the newest of its kind (else None).
 
-        A write's response looks its event up by its revision to reuse the encoded object; the
-        newest event of the kind is that write's unless another write of the kind came after.
+        A write's response looks its event up to reuse the encoded object. It does so right after
+        the write, with no await in between, so the write's event is the newest of its kind; any
+        other revision (a no-op write returns the stored object, whose revision is older) is None
+        at once, never a walk through the window.
         """
         window = self.windows.get(kind.resource)
-        if not window:
-            return None
-        if window[-1].rv == rv:
+        if window and window[-1].rv == rv:
             return window[-1]
-        for event in reversed(window):
-            if event.rv <= rv:
-                return event if event.rv == rv else None
         return None
 
     def unregister(self, w: Watcher) -> None:

@@ -160,7 +160,8 @@ async def closed_loop(port: int, resource: str, mode: str, prefix: str, duration
                     want = 201
                 else:
                     name = f"{prefix}-{i % pool:010d}"
-                    raw = build_request("PUT", f"{path}/{name}", encode(body_fn(name, seq=str(i)), ENCODING),
+                    # A new seq every time: a PUT equal to the stored object is a no-op, not a write.
+                    raw = build_request("PUT", f"{path}/{name}", encode(body_fn(name, seq=f"u{i}"), ENCODING),
                                         ENCODING)
                     want = 200
                 status = await conn.request(raw)
@@ -208,10 +209,19 @@ async def paced(port: int, resource: str, rate: float, duration: float, prefix: 
     return {"ok": ok}
 
 
+def current_revision(port: int, path: str) -> str:
+    """The resourceVersion a one-item list of `path` is read at (the store's current revision)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}?limit=1", timeout=10) as resp:
+        return str(orjson.loads(resp.read())["metadata"]["resourceVersion"])
+
+
 async def latency(port: int, resource: str, rate: float, duration: float, prefix: str) -> dict[str, Any]:
     """Delivery latency of paced creates to one timed watch."""
     path, _ = BODIES[resource]
-    stream = await open_watch(port, f"{path}?watch=true&resourceVersion=0", ENCODING, sent_marker(ENCODING),
+    # From the current revision: an initial state would replay the stamped objects of earlier
+    # rounds, whose send times are long past.
+    rv = await asyncio.to_thread(current_revision, port, path)
+    stream = await open_watch(port, f"{path}?watch=true&resourceVersion={rv}", ENCODING, sent_marker(ENCODING),
                               timed=True)
     start = len(stream.sent)
     w = await paced(port, resource, rate, duration, prefix)
@@ -232,6 +242,18 @@ async def count_watchers(port: int, n: int) -> list[Any]:
         for _ in range(n):
             streams.append(await open_watch(port, f"{path}?watch=true", ENCODING, sent_marker(ENCODING)))
     return streams
+
+
+async def caught_up(streams: list[Any], *, settle: float = 0.5, limit: float = 60.0) -> None:
+    """Wait until the watchers have read everything sent so far (no new event for `settle` s)."""
+    deadline = time.perf_counter() + limit
+    last = -1
+    while time.perf_counter() < deadline:
+        seen = sum(s.events for s in streams)
+        if seen == last:
+            return
+        last = seen
+        await asyncio.sleep(settle)
 
 
 def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -256,6 +278,9 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     u = await closed_loop(server.port, resource, "update", prefix, args.duration, args.connections,
                                           max(1, c["ok"]))
                     cpu2 = server.cpu_seconds()
+                    # The counting watchers share this process's loop: let them catch up first, or
+                    # the timed watch's events wait behind their backlog and the latency is ours.
+                    await caught_up(watchers)
                     lat = await latency(server.port, resource, args.rate, args.duration, f"lat{rnd}")
                     out[resource].append({
                         "create_per_s": c["ok"] / c["seconds"], "update_per_s": u["ok"] / u["seconds"],
