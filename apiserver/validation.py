@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from functools import cache, lru_cache
+from collections.abc import Callable, Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any, Final
 
-from kubemesh.apiserver import fielderrors
+from kubemesh.apiserver import fielderrors, names
 from kubemesh.apiserver.fielderrors import Cause
 from kubemesh.services.model.kinds import Kind, Obj
 from kubemesh.services.model.selectors import (
@@ -51,53 +51,20 @@ __all__ = ["Cause", "decode_typed", "unknown_fields", "validate_name", "validate
 # ---------------------------------------------------------------------------------------------
 # Names.
 
-_DNS1123_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_DNS1035_LABEL: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-
-_LABEL_RULE: Final = (
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-    "and must start and end with an alphanumeric character"
-)
-_SUBDOMAIN_RULE: Final = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-    "and must start and end with an alphanumeric character"
-)
-_DNS1035_RULE: Final = (
-    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', "
-    "start with an alphabetic character, and end with an alphanumeric character"
-)
-
-
 _show = fielderrors.show
 
 
-@lru_cache(maxsize=65536)
-def _label_problem(value: str) -> str | None:
-    if len(value) > 63:
-        return "must be no more than 63 characters"
-    if not _DNS1123_LABEL.fullmatch(value):
-        return _LABEL_RULE
-    return None
+def _first(problems: Callable[[str], tuple[str, ...]]) -> Callable[[str], str | None]:
+    """The first problem of a name (upstream's name validators stop at the first)."""
+    def check(value: str) -> str | None:
+        found = problems(value)
+        return found[0] if found else None
+    return check
 
 
-@lru_cache(maxsize=65536)
-def _subdomain_problem(value: str) -> str | None:
-    if len(value) > 253:
-        return "must be no more than 253 characters"
-    if not _DNS1123_SUBDOMAIN.fullmatch(value):
-        return _SUBDOMAIN_RULE
-    return None
-
-
-@lru_cache(maxsize=65536)
-def _dns1035_problem(value: str) -> str | None:
-    if len(value) > 63:
-        return "must be no more than 63 characters"
-    if not _DNS1035_LABEL.fullmatch(value):
-        return _DNS1035_RULE
-    return None
-
+_label_problem = _first(names.label_problems)
+_subdomain_problem = _first(names.subdomain_problems)
+_dns1035_problem = _first(names.dns1035_problems)
 
 _NAME_RULES: Final = {"Namespace": _label_problem, "Service": _dns1035_problem}
 

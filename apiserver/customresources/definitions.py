@@ -13,11 +13,11 @@ with a warning on the CRD's writes).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Final
 
 from kubemesh.apiserver import fielderrors as fe
+from kubemesh.apiserver import names as dns
 from kubemesh.apiserver.fielderrors import Cause
 from kubemesh.apiserver.jsonpath import Path, PathError, compile_path
 from kubemesh.apiserver.structural import StructuralSchema
@@ -28,15 +28,6 @@ CLEANUP_FINALIZER: Final = "customresourcecleanup.apiextensions.k8s.io"
 APPROVAL_ANNOTATION: Final = "api-approved.kubernetes.io"
 """Required on CRDs in the protected `*.k8s.io` and `*.kubernetes.io` groups."""
 
-_DNS1035: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_DNS1035_RULE: Final = ("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
-                        "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or "
-                        "'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
-_SUBDOMAIN_RULE: Final = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
-                          "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', "
-                          "regex used for validation is "
-                          "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
 _COLUMN_TYPES: Final = ("boolean", "date", "integer", "number", "string")
 _COLUMN_FORMATS: Final = ("byte", "date", "date-time", "double", "float", "int32", "int64", "password")
 _ALL_VERBS: Final = ("delete", "deletecollection", "get", "list", "patch", "create", "update", "watch")
@@ -114,8 +105,9 @@ def default_definition(crd: Obj) -> None:
 
 def _dns1035(field: str, value: str, causes: list[Cause], *, mixed_case: bool = False) -> None:
     subject = value.lower() if mixed_case else value
-    if len(subject) > 63 or not _DNS1035.fullmatch(subject):
-        detail = f"may have mixed case, but should otherwise match: {_DNS1035_RULE}" if mixed_case else _DNS1035_RULE
+    if len(subject) > 63 or not dns.DNS1035_LABEL.fullmatch(subject):
+        detail = (f"may have mixed case, but should otherwise match: {dns.DNS1035_RULE}" if mixed_case
+                  else dns.DNS1035_RULE)
         causes.append(fe.invalid(field, value, detail))
 
 
@@ -258,8 +250,8 @@ def check_definition(crd: Obj, *, old: Obj | None, kinds: KindTable) -> Checked:
 
     if not group:
         causes.append(fe.required("spec.group"))
-    elif not isinstance(group, str) or len(group) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(group):
-        causes.append(fe.invalid("spec.group", group, _SUBDOMAIN_RULE))
+    elif not isinstance(group, str) or len(group) > 253 or not dns.DNS1123_SUBDOMAIN.fullmatch(group):
+        causes.append(fe.invalid("spec.group", group, dns.SUBDOMAIN_RULE))
     elif "." not in group:
         causes.append(fe.invalid("spec.group", group, "should be a domain with at least one dot"))
     elif _protected(group) and not (md.get("annotations") or {}).get(APPROVAL_ANNOTATION):

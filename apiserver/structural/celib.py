@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from cel_expr_python import cel  # type: ignore[import-untyped]
 
+from kubemesh.apiserver import names
 from kubemesh.apiserver.structural.regex import compile_pattern
 
 __all__ = ["kubernetes_library"]
@@ -254,38 +255,20 @@ def _as_integer(text: str) -> int:
 # ---------------------------------------------------------------------------------------------
 # Formats.
 
-_DNS1123_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_DNS1035_LABEL: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _QUALIFIED: Final = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _LABEL_VALUE: Final = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
 
 def _label(value: str) -> list[str]:
-    out = ["must be no more than 63 characters"] if len(value) > 63 else []
-    if not _DNS1123_LABEL.fullmatch(value):
-        out.append("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
-                   "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
-                   "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
-    return out
+    return list(names.label_problems(value))
 
 
 def _subdomain(value: str) -> list[str]:
-    out = ["must be no more than 253 characters"] if len(value) > 253 else []
-    if not _DNS1123_SUBDOMAIN.fullmatch(value):
-        out.append("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-                   "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
-                   "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
-    return out
+    return list(names.subdomain_problems(value))
 
 
 def _dns1035(value: str) -> list[str]:
-    out = ["must be no more than 63 characters"] if len(value) > 63 else []
-    if not _DNS1035_LABEL.fullmatch(value):
-        out.append("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
-                   "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', "
-                   "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
-    return out
+    return list(names.dns1035_problems(value))
 
 
 def _qualified_name(value: str) -> list[str]:

@@ -11,9 +11,9 @@ usable name.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Final
 
+from kubemesh.apiserver import names
 from kubemesh.apiserver.structural.causes import Cause, child, index, invalid, required
 
 __all__ = ["prune_object_meta", "validate_embedded"]
@@ -54,23 +54,6 @@ def prune_object_meta(meta: Any, path: str, pruned: list[str]) -> None:
         del meta["creationTimestamp"]
 
 
-_DNS1035: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-_DNS1035_RULE: Final = (
-    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
-    "character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation "
-    "is '[a-z]([-a-z0-9]*[a-z0-9])?')"
-)
-
-
-def _dns1035_problems(value: str) -> list[str]:
-    problems = []
-    if len(value) > 63:
-        problems.append("must be no more than 63 characters")
-    if not _DNS1035.fullmatch(value):
-        problems.append(_DNS1035_RULE)
-    return problems
-
-
 def _path_segment_problems(name: str, prefix: bool) -> list[str]:
     if not prefix and name in (".", ".."):
         return [f"may not be '{name}'"]
@@ -97,7 +80,7 @@ def validate_embedded(obj: dict[str, Any], path: str) -> list[Cause]:
                 errs.append(invalid(child(path, name), value, "must be a string"))
             elif not value:
                 errs.append(invalid(child(path, name), value, "must not be empty"))
-            elif problems := _dns1035_problems(value.lower()):
+            elif problems := list(names.dns1035_problems(value.lower())):
                 errs.append(invalid(child(path, name), value,
                                     "may have mixed case, but should otherwise match: " + ",".join(problems)))
         elif name == "metadata":
