@@ -7,7 +7,7 @@ from the same body, so reason, code and `details.kind` (the resource plural) mat
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from kubemesh.services.model.kinds import Kind, Obj
 
@@ -26,18 +26,32 @@ class StatusError(Exception):
         self.retry_after = retry_after
 
     def status(self) -> Obj:
-        """The Status object for the response body."""
+        """The Status object for the response body, its fields in kube-apiserver's order.
+
+        `kind, apiVersion, metadata, status, message, reason, details, code`; in `details`:
+        `name, group` (left out for the core group), `kind` (the resource), `uid, causes,
+        retryAfterSeconds`, as Go's encoder writes metav1.Status.
+        """
         body: dict[str, Any] = {
             "kind": "Status", "apiVersion": "v1", "metadata": dict(self.metadata or {}), "status": "Failure",
-            "message": self.message, "reason": self.reason, "code": self.code,
+            "message": self.message, "reason": self.reason,
         }
-        details = dict(self.details) if self.details else None
+        details = dict(self.details) if self.details else {}
         if self.retry_after is not None:
-            details = details or {}
             details["retryAfterSeconds"] = self.retry_after
+        if not details.get("group"):
+            details.pop("group", None)
+        if isinstance(details.get("causes"), list):
+            details["causes"] = [{k: c[k] for k in _CAUSE_ORDER if k in c} if isinstance(c, dict) else c
+                                 for c in details["causes"]]
         if details:
-            body["details"] = details
+            body["details"] = {k: details[k] for k in _DETAILS_ORDER if k in details}
+        body["code"] = self.code
         return body
+
+
+_DETAILS_ORDER: Final = ("name", "group", "kind", "uid", "causes", "retryAfterSeconds")
+_CAUSE_ORDER: Final = ("reason", "message", "field")
 
 
 def success(code: int = 200, *, details: Obj | None = None) -> Obj:

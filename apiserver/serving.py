@@ -116,7 +116,11 @@ def _response(body: bytes, enc: Encoding, *, status: int, warnings: list[str] | 
 
 def render_status(request: web.Request, exc: errors.StatusError) -> web.Response:
     """A metav1.Status failure (always JSON unless the client is a msgpack component)."""
-    resp = render(request, exc.status(), status=exc.code)
+    enc = response_encoding(request)
+    raw = codec.encode(exc.status(), enc)
+    if enc == "json":
+        raw += b"\n"  # Go's json.Encoder ends what kube-apiserver writes with a newline
+    resp = _response(raw, enc, status=exc.code, warnings=None)
     if exc.retry_after is not None:
         resp.headers["Retry-After"] = str(exc.retry_after)
     return resp
