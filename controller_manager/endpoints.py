@@ -507,27 +507,17 @@ def endpoints_labels(svc: Obj) -> dict[str, str]:
 # The controller.
 
 
-class EndpointsController:
-    """Level-based endpoints reconciler over the shared Service, pod and Endpoints caches."""
+class ServiceQueueing:
+    """The Service and pod handlers both endpoint controllers share: which Services to sync, when.
 
-    def __init__(self, *, api: Api, services: IndexedStore, pods: IndexedStore, endpoints: Store, clock: Clock,
-                 recorder: ComponentRecorder, capacity: int = MAX_CAPACITY, batch_period: float = 0.0) -> None:
-        self.api = api
-        self.services = services
-        self.pods = pods
-        self.endpoints = endpoints
-        self.clock = clock
-        self.recorder = recorder
-        self.capacity = capacity
-        self.batch_period = batch_period
-        self.triggers = TriggerTimeTracker()
-        self.written = WrittenVersions()
-        self.enqueue: Callable[[str], None] = lambda key: None
-        self.enqueue_after: Callable[[str, float], None] = lambda key, delay: self.enqueue(key)
-        self.syncs = 0
-        self.writes = 0
+    A pod event queues the Services it is (or was) selected by, after `batch_period` when one is
+    set (upstream's `--endpoint-updates-batch-period`), so a burst of pod changes is one sync.
+    """
 
-    # -- event handlers (wired to the shared informers) ---------------------------------------
+    services: IndexedStore
+    batch_period: float
+    enqueue: Callable[[str], None]
+    enqueue_after: Callable[[str, float], None]
 
     def on_service(self, svc: Obj) -> None:
         """A Service was added, changed or deleted."""
@@ -551,6 +541,29 @@ class EndpointsController:
     def on_pod_delete(self, pod: Obj) -> None:
         """A pod is gone: its Services."""
         self._pod_services(services_for_pod(self.services, pod))
+
+
+class EndpointsController(ServiceQueueing):
+    """Level-based endpoints reconciler over the shared Service, pod and Endpoints caches."""
+
+    def __init__(self, *, api: Api, services: IndexedStore, pods: IndexedStore, endpoints: Store, clock: Clock,
+                 recorder: ComponentRecorder, capacity: int = MAX_CAPACITY, batch_period: float = 0.0) -> None:
+        self.api = api
+        self.services = services
+        self.pods = pods
+        self.endpoints = endpoints
+        self.clock = clock
+        self.recorder = recorder
+        self.capacity = capacity
+        self.batch_period = batch_period
+        self.triggers = TriggerTimeTracker()
+        self.written = WrittenVersions()
+        self.enqueue: Callable[[str], None] = lambda key: None
+        self.enqueue_after: Callable[[str, float], None] = lambda key, delay: self.enqueue(key)
+        self.syncs = 0
+        self.writes = 0
+
+    # -- event handlers (wired to the shared informers) ---------------------------------------
 
     def on_endpoints_delete(self, ep: Obj) -> None:
         """Endpoints were deleted: nothing to wait for, and the Service (if any) gets them back."""

@@ -50,6 +50,7 @@ from kubemesh.controller_manager.controllers import ControllerContext, Controlle
 from kubemesh.controller_manager.endpoints import (
     HEADLESS,
     TRIGGER_TIME,
+    ServiceQueueing,
     StaleCacheError,
     TriggerTimeTracker,
     WrittenVersions,
@@ -59,8 +60,6 @@ from kubemesh.controller_manager.endpoints import (
     pod_ip_for,
     pods_of,
     service_family,
-    services_for_pod,
-    services_to_update,
     should_be_endpoint,
     should_set_hostname,
 )
@@ -321,7 +320,7 @@ def _is_placeholder_of(current: Obj, placeholder: Obj) -> bool:
 # The controller.
 
 
-class EndpointSliceController:
+class EndpointSliceController(ServiceQueueing):
     """Level-based EndpointSlice reconciler over the shared Service, pod, slice and node caches."""
 
     def __init__(self, *, api: Api, services: IndexedStore, pods: IndexedStore, slices: IndexedStore,
@@ -347,29 +346,6 @@ class EndpointSliceController:
         self.writes = 0
 
     # -- event handlers (wired to the shared informers) ---------------------------------------
-
-    def on_service(self, svc: Obj) -> None:
-        """A Service was added, changed or deleted."""
-        self.enqueue(key_of(svc))
-
-    def _pod_services(self, keys: Iterable[str]) -> None:
-        for key in sorted(keys):
-            if self.batch_period > 0:
-                self.enqueue_after(key, self.batch_period)
-            else:
-                self.enqueue(key)
-
-    def on_pod_add(self, pod: Obj) -> None:
-        """A pod appeared: its Services."""
-        self._pod_services(services_for_pod(self.services, pod))
-
-    def on_pod_update(self, old: Obj, new: Obj) -> None:
-        """A pod changed: the Services whose endpoints it changes."""
-        self._pod_services(services_to_update(self.services, old, new))
-
-    def on_pod_delete(self, pod: Obj) -> None:
-        """A pod is gone: its Services."""
-        self._pod_services(services_for_pod(self.services, pod))
 
     def on_slice(self, eps: Obj) -> None:
         """A slice was added or changed: someone else's change of one of ours syncs its Service (later)."""
