@@ -30,6 +30,7 @@ CONTROLLERS: Final[tuple[ControllerSpec, ...]] = (
     nodelifecycle.CONTROLLER,
     tainteviction.CONTROLLER,
     replicaset.CONTROLLER,
+    replicaset.RC_CONTROLLER,
     deployment.CONTROLLER,
     garbagecollector.CONTROLLER,
     podgc.CONTROLLER,

@@ -1,5 +1,11 @@
 """The ReplicaSet controller: keep `spec.replicas` active pods, with expectations and adoption.
 
+The same code runs the ReplicationController controller (`v1` ReplicationController), as
+upstream runs one for the other through a conversion layer: a `Replicated` entry says which kind
+a controller instance owns, how it reads that kind's selector (a ReplicaSet has a
+`metav1.LabelSelector`, a ReplicationController a plain equality map), and what its events and
+chaos point are called. Everything else, expectations, adoption, ranking and status, is shared.
+
 `reconcile(key)` is level-based:
 
 1. **Claim** (upstream `ClaimPods`): pods in the namespace that match the selector and have no
@@ -25,7 +31,8 @@ import contextlib
 import copy
 import random
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final
 
 import structlog
 
@@ -52,7 +59,19 @@ from kubemesh.services.machinery.clock import Clock
 from kubemesh.services.machinery.eventing import ComponentRecorder
 from kubemesh.services.machinery.informing import final_state
 from kubemesh.services.machinery.queueing import Result, run_workers
-from kubemesh.services.model.kinds import PODS, REPLICASETS, Obj, key_of, labels_of, meta, name_of, namespace_of, uid_of
+from kubemesh.services.model.kinds import (
+    PODS,
+    REPLICASETS,
+    REPLICATIONCONTROLLERS,
+    Kind,
+    Obj,
+    key_of,
+    labels_of,
+    meta,
+    name_of,
+    namespace_of,
+    uid_of,
+)
 from kubemesh.services.model.selectors import LabelSelector, label_selector_from_dict
 from kubemesh.services.process.chaospoints import ChaosPoints
 
@@ -69,6 +88,37 @@ def random_suffix(rng: random.Random, n: int = 5) -> str:
 def selector_of(obj: Obj) -> LabelSelector:
     """The workload's metav1.LabelSelector (an absent selector selects nothing)."""
     return label_selector_from_dict((obj.get("spec") or {}).get("selector"))
+
+
+def equality_selector_of(obj: Obj) -> LabelSelector:
+    """A ReplicationController's selector: a map of labels that must all be equal (empty selects nothing).
+
+    The apiserver defaults an absent selector to the template's labels, so an RC stored without
+    one is an RC whose template has no labels, and it selects nothing, as upstream.
+    """
+    labels = (obj.get("spec") or {}).get("selector")
+    if not isinstance(labels, dict) or not labels:
+        return label_selector_from_dict(None)
+    return label_selector_from_dict({"matchLabels": {str(k): str(v) for k, v in labels.items()}})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Replicated:
+    """The kind one replica controller instance owns, and what differs between the two kinds."""
+
+    kind: Kind
+    selector: Callable[[Obj], LabelSelector]
+    component: str
+    """The event source's component (upstream's names)."""
+    after_create_point: str
+    """The chaos point hit after each pod create, before the create is observed."""
+
+
+REPLICASET: Final = Replicated(kind=REPLICASETS, selector=selector_of, component="replicaset-controller",
+                               after_create_point="replicaset.after_create_pod")
+REPLICATIONCONTROLLER: Final = Replicated(kind=REPLICATIONCONTROLLERS, selector=equality_selector_of,
+                                          component="replication-controller",
+                                          after_create_point="replicationcontroller.after_create_pod")
 
 
 def claim(owner: Obj, selector: LabelSelector, candidates: list[Obj]) -> tuple[list[Obj], list[Obj], list[Obj]]:
@@ -157,14 +207,19 @@ def slow_start_sizes(total: int, initial: int = 1) -> list[int]:
 
 
 class ReplicaSetController:
-    """Level-based ReplicaSet reconciler over the shared pod and ReplicaSet caches."""
+    """Level-based reconciler of ReplicaSets (or ReplicationControllers) over the shared caches.
+
+    `replicasets` is the cache of the owning kind (`owns.kind`); the name stays that of the
+    common case.
+    """
 
     def __init__(self, *, api: Api, replicasets: Store, pods: IndexedStore, clock: Clock, rng: random.Random,
                  recorder: ComponentRecorder, burst_replicas: int = 500, expectations_ttl: float = 300.0,
-                 points: ChaosPoints | None = None) -> None:
+                 points: ChaosPoints | None = None, owns: Replicated = REPLICASET) -> None:
         self.api = api
+        self.owns = owns
         self.points = points or ChaosPoints()
-        self.points.declare("replicaset.after_create_pod")
+        self.points.declare(owns.after_create_point)
         self.replicasets = replicasets
         self.pods = pods
         self.clock = clock
@@ -178,7 +233,7 @@ class ReplicaSetController:
 
     def _owner_key(self, pod: Obj) -> str | None:
         ref = controller_ref(pod)
-        if ref is None or ref.get("kind") != "ReplicaSet":
+        if ref is None or ref.get("kind") != self.owns.kind.kind:
             return None
         key = f"{namespace_of(pod)}/{ref.get('name')}"
         rs = self.replicasets.get(key)
@@ -188,7 +243,7 @@ class ReplicaSetController:
 
     def _matching(self, pod: Obj) -> list[str]:
         return [key_of(rs) for rs in self.replicasets.list()
-                if namespace_of(rs) == namespace_of(pod) and selector_of(rs).matches(labels_of(pod))]
+                if namespace_of(rs) == namespace_of(pod) and self.owns.selector(rs).matches(labels_of(pod))]
 
     def on_pod_add(self, pod: Obj, _initial: bool = False) -> None:
         """A pod appeared: lower the owner's creation expectation (or find an adopter)."""
@@ -232,7 +287,7 @@ class ReplicaSetController:
             self.expectations.delete(key)
             return None
         need_sync = self.expectations.satisfied(key) and not meta(rs).get("deletionTimestamp")
-        selector = selector_of(rs)
+        selector = self.owns.selector(rs)
         candidates = [p for p in self.pods.by_index("namespace", namespace_of(rs))]
         owned, adopt, release = claim(rs, selector, candidates)
         for pod in adopt:
@@ -286,7 +341,7 @@ class ReplicaSetController:
     async def _create_pod(self, rs: Obj) -> bool:
         for _ in range(3):
             name = f"{name_of(rs)}-{random_suffix(self.rng)}"
-            pod = pod_from_template(rs, api_version="apps/v1", kind="ReplicaSet", name=name)
+            pod = pod_from_template(rs, api_version=self.owns.kind.api_version, kind=self.owns.kind.kind, name=name)
             try:
                 await self.api.create(PODS, pod, namespace=namespace_of(rs))
             except AlreadyExistsError:
@@ -297,7 +352,7 @@ class ReplicaSetController:
             self.recorder.normal(rs, "SuccessfulCreate", f"Created pod: {name}")
             # After a create, before the expectation is observed: a crash here is the window
             # in which a restarted controller may create duplicates (kubernetes#129795).
-            await self.points.hit("replicaset.after_create_pod")
+            await self.points.hit(self.owns.after_create_point)
             return True
         return False
 
@@ -314,7 +369,8 @@ class ReplicaSetController:
         return True
 
     async def _adopt(self, rs: Obj, pod: Obj) -> bool:
-        refs = [*owner_refs(pod), {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name_of(rs),
+        refs = [*owner_refs(pod), {"apiVersion": self.owns.kind.api_version, "kind": self.owns.kind.kind,
+                                   "name": name_of(rs),
                                    "uid": uid_of(rs), "controller": True, "blockOwnerDeletion": True}]
         try:
             patch = {"metadata": {"ownerReferences": refs, "resourceVersion": meta(pod).get("resourceVersion")}}
@@ -333,28 +389,39 @@ class ReplicaSetController:
         body = copy.deepcopy(rs)
         body["status"] = status
         try:
-            await self.api.update(REPLICASETS, body, subresource="status")
+            await self.api.update(self.owns.kind, body, subresource="status")
         except ConflictError:
-            fresh = await self.api.get(REPLICASETS, name_of(rs), namespace=namespace_of(rs))
+            fresh = await self.api.get(self.owns.kind, name_of(rs), namespace=namespace_of(rs))
             fresh["status"] = {**status, "observedGeneration": status["observedGeneration"]}
-            await self.api.update(REPLICASETS, fresh, subresource="status")
+            await self.api.update(self.owns.kind, fresh, subresource="status")
         except NotFoundError:
             pass
 
 
-def _start(ctx: ControllerContext) -> Started:
-    w = ctx.settings.workloads
-    c = ReplicaSetController(api=ctx.api, replicasets=ctx.informer(_REPLICASETS), pods=ctx.informer(_PODS),
-                             clock=ctx.clock, rng=ctx.rng, recorder=ctx.recorder.for_component("replicaset-controller"),
-                             burst_replicas=w.burst_replicas, expectations_ttl=w.expectations_ttl, points=ctx.points)
-    q = ctx.queue("replicaset")
-    c.enqueue = q.add
-    ctx.on(REPLICASETS, on_add=lambda o, _i: q.add(key_of(o)), on_update=lambda _old, new: q.add(key_of(new)),
-           on_delete=lambda o: q.add(key_of(final_state(o))))
-    ctx.on(PODS, on_add=c.on_pod_add, on_update=c.on_pod_update, on_delete=lambda o: c.on_pod_delete(final_state(o)))
-    return Started(run=run_workers(q, c.reconcile, workers=w.replicaset_workers, name="replicaset"), controller=c)
+def _starter(owns: Replicated, need: InformerNeed) -> Callable[[ControllerContext], Started]:
+    def start(ctx: ControllerContext) -> Started:
+        w = ctx.settings.workloads
+        c = ReplicaSetController(api=ctx.api, replicasets=ctx.informer(need), pods=ctx.informer(_PODS),
+                                 clock=ctx.clock, rng=ctx.rng, recorder=ctx.recorder.for_component(owns.component),
+                                 burst_replicas=w.burst_replicas, expectations_ttl=w.expectations_ttl,
+                                 points=ctx.points, owns=owns)
+        q = ctx.queue(owns.kind.singular)
+        c.enqueue = q.add
+        ctx.on(owns.kind, on_add=lambda o, _i: q.add(key_of(o)), on_update=lambda _old, new: q.add(key_of(new)),
+               on_delete=lambda o: q.add(key_of(final_state(o))))
+        ctx.on(PODS, on_add=c.on_pod_add, on_update=c.on_pod_update,
+               on_delete=lambda o: c.on_pod_delete(final_state(o)))
+        return Started(run=run_workers(q, c.reconcile, workers=w.replicaset_workers, name=owns.kind.singular),
+                       controller=c)
+
+    return start
 
 
 _REPLICASETS = InformerNeed(kind=REPLICASETS, indexers={"namespace": index_by_namespace})
+_REPLICATIONCONTROLLERS = InformerNeed(kind=REPLICATIONCONTROLLERS, indexers={"namespace": index_by_namespace})
 _PODS = InformerNeed(kind=PODS, indexers={"namespace": index_by_namespace})
-CONTROLLER = ControllerSpec(name="replicaset", informers=(_REPLICASETS, _PODS), start=_start)
+CONTROLLER = ControllerSpec(name="replicaset", informers=(_REPLICASETS, _PODS),
+                            start=_starter(REPLICASET, _REPLICASETS))
+RC_CONTROLLER = ControllerSpec(name="replicationcontroller", informers=(_REPLICATIONCONTROLLERS, _PODS),
+                               start=_starter(REPLICATIONCONTROLLER, _REPLICATIONCONTROLLERS))
+"""The ReplicationController controller: this module's code over `v1` ReplicationControllers."""
