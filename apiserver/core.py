@@ -31,6 +31,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Gauge
 
 from kubemesh.apiserver import tables
+from kubemesh.apiserver.apiservices import LocalApiServices
 from kubemesh.apiserver.components import ComponentRegistry
 from kubemesh.apiserver.discovery import Discovery
 from kubemesh.apiserver.establishing import Establishing
@@ -147,6 +148,7 @@ def assemble(settings: ServerSettings) -> ApiserverCore:
     registry.hooks.append(establishing)
     establishing.restore()
     ServiceIPs.install(registry=registry, settings=settings)  # cluster IPs, node ports, default/kubernetes
+    LocalApiServices.install(registry=registry, kinds=kinds)  # an APIService per served group version
     return ApiserverCore(settings=settings, clock=clock, kinds=kinds, targets=Targets(kinds), discovery=discovery,
                          openapi=OpenApi(discovery), store=store, hub=hub, history=history, registry=registry,
                          components=ComponentRegistry(clock=clock), metrics=Metrics.create())

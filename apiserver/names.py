@@ -1,9 +1,10 @@
 """DNS names as apimachinery validates them: the problems a value has, worded as upstream words them.
 
 Object names (`metadata.name`: a subdomain, a label for namespaces, a DNS-1035 label for
-services), CRD names and groups, and the CEL library's `isDNS...` checks all read these, so
-one wording serves them all. Each `*_problems` function returns the messages of what is
-wrong (empty: valid), in upstream's order: the length first, then the pattern with its examples.
+services, a path segment for RBAC objects and APIServices), CRD names and groups, and the CEL
+library's `isDNS...` checks all read these, so one wording serves them all. Each `*_problems`
+function returns the messages of what is wrong (empty: valid), in upstream's order: the length
+first, then the pattern with its examples.
 """
 
 from __future__ import annotations
@@ -47,6 +48,21 @@ def subdomain_problems(value: str) -> tuple[str, ...]:
 def dns1035_problems(value: str) -> tuple[str, ...]:
     """What is wrong with `value` as a DNS-1035 label (a Service's name, a CRD's plural)."""
     return _problems(value, 63, DNS1035_LABEL, DNS1035_RULE)
+
+
+@lru_cache(maxsize=65536)
+def path_segment_problems(value: str) -> tuple[str, ...]:
+    """What is wrong with `value` as one URL path segment (RBAC objects' names: `system:node` is valid)."""
+    if value in (".", ".."):
+        return (f"may not be '{value}'",)
+    return tuple(f"may not contain '{c}'" for c in ("/", "%") if c in value)
+
+
+@lru_cache(maxsize=65536)
+def api_service_name_problems(value: str) -> tuple[str, ...]:
+    """What is wrong with `value` as an APIService's name: a path segment of the form `<version>.<group>`."""
+    out = path_segment_problems(value)
+    return out if "." in value else (*out, "must be in the form: <version>.<group>")
 
 
 def _problems(value: str, limit: int, pattern: re.Pattern[str], rule: str) -> tuple[str, ...]:

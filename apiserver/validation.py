@@ -66,7 +66,12 @@ _label_problem = _first(names.label_problems)
 _subdomain_problem = _first(names.subdomain_problems)
 _dns1035_problem = _first(names.dns1035_problems)
 
-_NAME_RULES: Final = {"Namespace": _label_problem, "Service": _dns1035_problem}
+_path_segment_problem = _first(names.path_segment_problems)
+_NAME_RULES: Final = {"Namespace": _label_problem, "Service": _dns1035_problem,
+                      "Role": _path_segment_problem, "ClusterRole": _path_segment_problem,
+                      "RoleBinding": _path_segment_problem, "ClusterRoleBinding": _path_segment_problem,
+                      "APIService": _first(names.api_service_name_problems)}
+"""Names that are not DNS subdomains: by kind name, as upstream's per-kind name validators."""
 
 
 def validate_name(kind: Kind, name: str) -> str | None:
