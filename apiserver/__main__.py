@@ -39,6 +39,8 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
                    help=f"port range of NodePort Services (default {DEFAULT_NODE_PORT_RANGE})")
     p.add_argument("--advertise-address", default=None,
                    help="IP address of this apiserver in the `kubernetes` endpoints (default: --host, or 127.0.0.1)")
+    p.add_argument("--no-system-pods", dest="system_pods", action="store_false",
+                   help="leave kube-system empty: no control-plane mirror pods, no cluster DNS (default: kubeadm's)")
     p.add_argument("--log-level", default="info")
     a = p.parse_args(argv)
     token = os.environ.get("KUBEMESH_TOKEN") or None
@@ -62,7 +64,8 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
                           tls_key=a.tls_private_key_file,
                           watch=WatchSettings(max_queue=a.watch_queue, window=a.watch_window),
                           service_cluster_ip_range=a.service_cluster_ip_range,
-                          service_node_port_range=a.service_node_port_range, advertise_address=a.advertise_address)
+                          service_node_port_range=a.service_node_port_range, advertise_address=a.advertise_address,
+                          system_pods=a.system_pods)
 
 
 def _is_ip(text: str) -> bool:

@@ -31,9 +31,11 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Gauge
 
 from kubemesh.apiserver import tables
+from kubemesh.apiserver.addons import install_cluster_dns
 from kubemesh.apiserver.apiservices import LocalApiServices
 from kubemesh.apiserver.components import ComponentRegistry
-from kubemesh.apiserver.discovery import Discovery
+from kubemesh.apiserver.controlplane import ControlPlanePods
+from kubemesh.apiserver.discovery import GIT_VERSION, Discovery
 from kubemesh.apiserver.establishing import Establishing
 from kubemesh.apiserver.history import WRITER, History, Seen
 from kubemesh.apiserver.openapi import OpenApi
@@ -149,9 +151,15 @@ def assemble(settings: ServerSettings) -> ApiserverCore:
     establishing.restore()
     ServiceIPs.install(registry=registry, settings=settings)  # cluster IPs, node ports, default/kubernetes
     LocalApiServices.install(registry=registry, kinds=kinds)  # an APIService per served group version
+    components = ComponentRegistry(clock=clock)
+    if settings.system_pods:  # kube-system as kubeadm leaves it
+        # The control plane's mirror pods follow the components' runs; cluster DNS is created once.
+        components.listeners.append(ControlPlanePods(
+            registry=registry, address=settings.advertise_address or settings.host, version=GIT_VERSION))
+        install_cluster_dns(registry=registry, service_cidr=settings.service_cluster_ip_range)
     return ApiserverCore(settings=settings, clock=clock, kinds=kinds, targets=Targets(kinds), discovery=discovery,
                          openapi=OpenApi(discovery), store=store, hub=hub, history=history, registry=registry,
-                         components=ComponentRegistry(clock=clock), metrics=Metrics.create())
+                         components=components, metrics=Metrics.create())
 
 
 def _write_recorder(history: History) -> Callable[[Kind, EventType, Obj, Obj | None, int], None]:

@@ -36,6 +36,7 @@ from kubemesh.apiserver.settings import ServerSettings
 from kubemesh.services.machinery.certs import server_context
 from kubemesh.services.machinery.clock import component_rng
 from kubemesh.services.process.gctuning import SurvivorFreezer
+from kubemesh.services.process.runs import this_run
 
 OPEN_PATHS: Final = frozenset({"/healthz", "/livez", "/readyz"})
 log = structlog.get_logger("apiserver")
@@ -193,7 +194,12 @@ def _verb(request: web.Request) -> str:
 
 async def serve(settings: ServerSettings, *, stop: asyncio.Event | None = None) -> None:
     """Run the apiserver until `stop` is set (or SIGTERM/SIGINT when run as a process)."""
-    app = build_app(assemble(settings))
+    core = assemble(settings)
+    app = build_app(core)
+    # The apiserver's own mirror pod: it registers with no one, so it tells its registry itself.
+    run = this_run()
+    core.components.registered_self(component="apiserver", instance=f"apiserver-{settings.host}-{settings.port}",
+                                    boot=run.boot, last_exit_code=run.last_exit_code)
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     ssl_context = server_context(settings.tls_cert, settings.tls_key) \

@@ -46,3 +46,7 @@ class ServerSettings:
     advertise_address: str | None = None
     """`--advertise-address`: the address in the `kubernetes` endpoints (None: the bind address, or
     127.0.0.1 when that is unspecified)."""
+    system_pods: bool = True
+    """What kubeadm puts in kube-system: the control plane's mirror pods
+    (`kubemesh.apiserver.controlplane`) and cluster DNS (`kubemesh.apiserver.addons`).
+    `--no-system-pods` leaves kube-system empty (scenario meshes, which hold only their own objects)."""

@@ -40,8 +40,8 @@ from kubemesh.controller_manager.objects import (
 from kubemesh.controller_manager.settings import PodGCSettings
 from kubemesh.services.machinery.client import NotFoundError
 from kubemesh.services.machinery.clock import Clock
-from kubemesh.services.model.kinds import NODES, PODS, Obj, key_of, name_of, namespace_of
-from kubemesh.services.model.wellknown import TAINT_OUT_OF_SERVICE
+from kubemesh.services.model.kinds import NODES, PODS, Obj, key_of, meta, name_of, namespace_of
+from kubemesh.services.model.wellknown import ANNOTATION_MIRROR, TAINT_OUT_OF_SERVICE
 
 _log = structlog.get_logger("controller_manager.podgc")
 
@@ -75,7 +75,10 @@ def plan(pods: list[Obj], nodes: Store, *, now: float, missing_since: dict[str, 
             continue
         node = nodes.get(node_name)
         if node is None:
-            missing_now.add(node_name)
+            # The control plane's mirror pods name a host that has no Node object in kubemesh
+            # (kubemesh.apiserver.controlplane); upstream their node always exists.
+            if ANNOTATION_MIRROR not in (meta(pod).get("annotations") or {}):
+                missing_now.add(node_name)
             continue
         if (out_of_service_gc and is_terminating(pod) and condition_status(node, "Ready") != "True"
                 and has_taint(node, TAINT_OUT_OF_SERVICE)):

@@ -38,8 +38,12 @@ from kubemesh.services.model.kinds import EVENTS
 
 DEFAULT_REPORT_ROOT: Final = Path("kubemesh-reports")
 
-COMPONENT_ARGS: Final[dict[str, tuple[str, ...]]] = {}
-"""Flags given to every component of every scenario mesh (on top of the scenario's)."""
+COMPONENT_ARGS: Final[dict[str, tuple[str, ...]]] = {"apiserver": ("--no-system-pods",)}
+"""Flags given to every component of every scenario mesh (on top of the scenario's).
+
+A scenario's cluster holds only the scenario's objects: no control-plane mirror pods (the
+scheduler would cache their host as a node it has no Node for) and no cluster DNS pods taking
+room on the nodes; the races are measured as the seeds describe them."""
 
 
 def catalog() -> dict[str, Scenario]:

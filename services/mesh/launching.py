@@ -72,6 +72,7 @@ from kubemesh.services.mesh.state import (
     write_state,
 )
 from kubemesh.services.model import bugs as bug_switches
+from kubemesh.services.process.runs import LAST_EXIT_ENV, exit_code_of
 
 APISERVER: Final = "apiserver"
 KUBELET: Final = "kubelet"
@@ -680,6 +681,9 @@ class Mesh:
         p.expected_exit = False
         p.url = self.apiserver_url if p.component == APISERVER else None
         p.port = self._port if p.component == APISERVER else None
+        env = self._env()
+        if p.proc is not None and p.proc.returncode is not None:  # a restart: the new run reports the old one's end
+            env[LAST_EXIT_ENV] = str(exit_code_of(p.proc.returncode))
         log = p.log_path.open("ab" if append else "wb")
         try:
             if append:
@@ -687,7 +691,7 @@ class Mesh:
                 log.flush()
             p.proc = await asyncio.create_subprocess_exec(
                 *p.argv, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
-                env=self._env(), cwd=str(self.state_dir), start_new_session=True,
+                env=env, cwd=str(self.state_dir), start_new_session=True,
                 preexec_fn=_PREEXEC if self.spec.die_with_parent else None)
         finally:
             log.close()

@@ -21,3 +21,6 @@ TAINT_NETWORK_UNAVAILABLE: Final = "node.kubernetes.io/network-unavailable"
 LABEL_HOSTNAME: Final = "kubernetes.io/hostname"
 LABEL_ZONE: Final = "topology.kubernetes.io/zone"
 LABEL_REGION: Final = "topology.kubernetes.io/region"
+
+ANNOTATION_MIRROR: Final = "kubernetes.io/config.mirror"
+"""A kubelet's mirror of a static pod (kubemesh: the control plane's own pods in kube-system)."""

@@ -52,6 +52,7 @@ import orjson
 from aiohttp import web
 
 from kubemesh.services.machinery.informing import HANDLER_EVENT_TYPES, HandlerDrop
+from kubemesh.services.process.runs import LAST_EXIT_ENV
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Crash = Callable[[int, bool], None]
@@ -78,7 +79,8 @@ def crash_process(exit_code: int, restart: bool) -> None:
     """Exit now without cleanup (a crash), or re-execute this process in place."""
     sys.stdout.flush()
     sys.stderr.flush()
-    if restart:
+    if restart:  # the next run reports this one's exit code (kubemesh.services.process.runs)
+        os.environ[LAST_EXIT_ENV] = str(exit_code)
         os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
     os._exit(exit_code)
 

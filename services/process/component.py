@@ -59,6 +59,7 @@ from kubemesh.services.process.admin import AdminServer, AdminSettings, json_res
 from kubemesh.services.process.chaospoints import ChaosPoints, Freezable
 from kubemesh.services.process.logs import LEVELS, configure_logging
 from kubemesh.services.process.metrics import Metrics
+from kubemesh.services.process.runs import this_run
 from kubemesh.services.process.supervising import (
     ShutdownReport,
     ShutdownSettings,
@@ -255,8 +256,11 @@ async def register_forever(ctx: ComponentContext, *, interval: float) -> None:
     """Tell the apiserver where this component's admin endpoint is, now and every `interval`."""
     # `bugs`: the switches this process runs with, published read-only through the registry so
     # that a scenario run attached to an existing mesh can check the mesh is in the right mode.
-    base = {"component": ctx.component, "instance": ctx.instance, "adminURL": advertised_url(ctx.admin),
-            "bugs": sorted(ctx.bugs)}
+    run = this_run()
+    base: dict[str, Any] = {"component": ctx.component, "instance": ctx.instance,
+                            "adminURL": advertised_url(ctx.admin), "bugs": sorted(ctx.bugs), "boot": run.boot}
+    if run.last_exit_code is not None:
+        base["lastExitCode"] = run.last_exit_code
     path = f"/kubemesh/v1/components/{ctx.instance}"
     missing_logged = False
     while not ctx.stop.is_set():
