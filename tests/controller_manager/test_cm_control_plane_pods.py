@@ -4,7 +4,9 @@
 pods, Running, on the oldest and the newest kubectl; a `component.crash` fault on the scheduler
 (re-executed in place) shows as one restart with the crash's exit code in `lastState`; a restart
 by the launcher (a clean stop, then a new process) as a second one, exit code 0. PodGC leaves
-the pods alone although their host has no Node object.
+the pods alone although their host has no Node object. Cluster DNS is there as kubeadm leaves
+it: the coredns Deployment's two pods Running on the emulated nodes, behind the kube-dns Service
+at 10.96.0.10.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pytest
 from cm_e2e import Story, kubectl_binary, start_story
 
 from kubemesh.services.mesh.kubectl import Kubectl
-from kubemesh.services.model.kinds import PODS, Obj
+from kubemesh.services.model.kinds import DEPLOYMENTS, ENDPOINTS, PODS, SERVICES, Obj
 
 pytestmark = pytest.mark.kubectl
 
@@ -73,3 +75,21 @@ async def control_plane_story(story: Story) -> None:
         return names >= EXPECTED
 
     await story.holds(all_there, during=60, what="the control plane's pods are not collected by PodGC")
+
+    await cluster_dns_story(story)
+
+
+async def cluster_dns_story(story: Story) -> None:
+    service = await story.get(SERVICES, "kube-dns", NS)
+    assert service is not None and service["spec"]["clusterIP"] == "10.96.0.10"
+
+    async def serving() -> list[str] | None:
+        deployment = await story.get(DEPLOYMENTS, "coredns", NS)
+        endpoints = await story.get(ENDPOINTS, "kube-dns", NS)
+        ready = ((deployment or {}).get("status") or {}).get("readyReplicas")
+        ips = [a["ip"] for s in (endpoints or {}).get("subsets") or [] for a in s.get("addresses") or []]
+        return sorted(ips) if ready == 2 and len(ips) == 2 else None
+
+    await story.until(serving, within=120, what="coredns 2/2 ready behind kube-dns")
+    out = await story.run("get", "deployment", "-n", NS, "coredns")
+    assert out.splitlines()[1].split()[:2] == ["coredns", "2/2"], out
