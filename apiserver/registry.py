@@ -358,6 +358,7 @@ class Registry:
                 candidate["status"] = new["status"]
             else:
                 candidate.pop("status", None)
+            admission.complete_status(kind, candidate)
         else:
             candidate = new
             self._decode_fields(kind, candidate)
