@@ -188,9 +188,11 @@ SAMPLES: Final[dict[tuple[str, str, str], Sample]] = {
         "admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", _meta(f"{ns}-defaults"),
         webhooks=_webhooks(ns, "mutate")),
     ("apiextensions.k8s.io", "v1", "CustomResourceDefinition"): _crd,
+    # An aggregated API (a metrics server), not the group of the sample CRD: kube-aggregator registers that one.
     ("apiregistration.k8s.io", "v1", "APIService"): lambda ns: _ro(
-        "apiregistration.k8s.io/v1", "APIService", _meta(f"v1.{ns}.example.com"), spec={
-            "group": f"{ns}.example.com", "version": "v1", "groupPriorityMinimum": 1000, "versionPriority": 15,
+        "apiregistration.k8s.io/v1", "APIService", _meta(f"v1beta1.metrics.{ns}.example.com"), spec={
+            "group": f"metrics.{ns}.example.com", "version": "v1beta1",
+            "groupPriorityMinimum": 1000, "versionPriority": 15,
             "service": {"namespace": ns, "name": "api", "port": 443}, "insecureSkipTLSVerify": True}),
     ("authorization.k8s.io", "v1", "SelfSubjectAccessReview"): lambda ns: _ro(
         "authorization.k8s.io/v1", "SelfSubjectAccessReview", {},

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import aiohttp
+import kubernetes.client.models as k8s_models
+import kubernetes_asyncio.client.models as ak8s_models
 import pytest
 from clientkit import start_mesh
 from kindsamples import IMAGE_ROLLED, custom_resource, sample, unscheduled_pod
@@ -392,3 +394,28 @@ async def _drive_workloads(walk: Walk) -> None:
         return cj if (cj.get("status") or {}).get("lastSuccessfulTime") else None
 
     await eventually(cronjob_fired, what="cronjob report fired and one of its jobs succeeded")
+
+
+async def test_both_clients_have_a_model_for_every_kind_and_refuse_missing_required_fields() -> None:
+    """The walk is not vacuous: both clients know every kind's class, and refuse what the issue saw."""
+    models = TypedModels()
+    try:
+        for kind in KINDS:
+            for client_models in (k8s_models, ak8s_models):
+                assert hasattr(client_models, model_name(kind)), (kind.kind, model_name(kind))
+        daemonset = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
+                     "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                              "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+                     "status": {"numberReady": 0}}
+        refused = models.problems(daemonset, "V1DaemonSet")
+        assert [(r.client, r.field.split(",")[0]) for r in refused] == [
+            ("kubernetes", "status.currentNumberScheduled"),
+            ("kubernetes_asyncio", "status.currentNumberScheduled")], refused
+        listed = {"apiVersion": "apps/v1", "kind": "DaemonSetList", "metadata": {}, "items": [daemonset]}
+        assert {r.field.split(",")[0] for r in models.problems(listed, "V1DaemonSetList")} == {
+            "items[0].status.currentNumberScheduled"}
+        daemonset["status"] = {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0,
+                               "numberReady": 0}
+        assert models.problems(daemonset, "V1DaemonSet") == []
+    finally:
+        await models.aclose()

@@ -64,9 +64,11 @@ class TypedModels:
         self._sync = k8s.ApiClient(sync_config)
         async_config = ak8s.Configuration()
         async_config.client_side_validation = True
-        # Generated models built by the deserializer take the default configuration.
-        ak8s.Configuration.set_default(async_config)
-        self._async = ak8s.ApiClient(configuration=async_config)
+        # The models the deserializer builds take the default configuration, not the client's:
+        # validation must be on there (it is by default; a test that turned it off would blind this one).
+        if not ak8s.Configuration.get_default_copy().client_side_validation:
+            raise RuntimeError("kubernetes_asyncio's default configuration has client-side validation off")
+        self._async = ak8s.ApiClient(configuration=async_config)  # needs a running loop (its connector)
         self._clients: tuple[tuple[str, Any, Any], ...] = (
             ("kubernetes", self._sync._ApiClient__deserialize, k8s.models),
             ("kubernetes_asyncio", self._async._ApiClient__deserialize, ak8s.models),
