@@ -36,6 +36,7 @@ from kubemesh.apiserver.patching import (
     apply_merge_patch,
     apply_strategic_merge_patch,
 )
+from kubemesh.apiserver.protobuf.gojson import quantities_as_strings
 from kubemesh.apiserver.storage import EventType, Store
 from kubemesh.apiserver.validation import decode_typed, validate_name, validate_object
 from kubemesh.services.machinery.clock import Clock, format_micro_time, format_time, parse_time
@@ -713,13 +714,15 @@ class Registry:
         """`obj` as a typed decode leaves it (`decode_typed`; a custom object: pruned by its schema).
 
         Unknown fields are dropped in every mode, as upstream: warned about under `Warn` (the
-        default), refused with a 400 under `Strict`, silently under `Ignore`.
+        default), refused with a 400 under `Strict`, silently under `Ignore`. A quantity sent as
+        a JSON number is kept as its canonical string, as Go's round trip writes it.
         """
         mode = opts.field_validation or "Warn"
         if kind.custom is not None:
             customobjects.prepare(kind, obj, field_validation=mode, warnings=warnings)
             return obj
         obj, unknown = decode_typed(kind, obj)
+        obj = quantities_as_strings(kind.api_version, kind.kind, obj)
         if not unknown or mode == "Ignore":
             return obj
         if mode == "Strict":

@@ -108,8 +108,9 @@ SAMPLES: Final[dict[tuple[str, str, str], Sample]] = {
         "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": f"/tmp/{ns}"}}),
     ("", "v1", "ReplicationController"): lambda ns: _ro("v1", "ReplicationController", _meta("legacy", ns), spec={
         "replicas": 1, "selector": {"app": "legacy"}, "template": _template(app="legacy")}),
+    # Counts and cores as a YAML manifest writes them: numbers (the server answers strings).
     ("", "v1", "ResourceQuota"): lambda ns: _ro("v1", "ResourceQuota", _meta("compute", ns), spec={
-        "hard": {"pods": "50", "requests.cpu": "20", "requests.memory": "20Gi"}}),
+        "hard": {"pods": 50, "requests.cpu": 20, "requests.memory": "20Gi"}}),
     ("", "v1", "LimitRange"): lambda ns: _ro("v1", "LimitRange", _meta("defaults", ns), spec={
         "limits": [{"type": "Container", "defaultRequest": {"cpu": "10m"}, "default": {"cpu": "500m"}}]}),
     ("coordination.k8s.io", "v1", "Lease"): lambda ns: _ro("coordination.k8s.io/v1", "Lease", _meta("leader", ns),
