@@ -3,7 +3,9 @@
 * Defaulting of the fields clients require (a pod's restartPolicy, schedulerName,
   terminationGracePeriodSeconds, container pull policies, qosClass; a Deployment's strategy
   and progress deadline; ...), so that kubectl, the Python clients and the components read
-  the same shapes a real apiserver returns.
+  the same shapes a real apiserver returns; the status counters Go's encoder always writes
+  (a ReplicaSet's `replicas: 0`, a DaemonSet's four), on creation and on every status write
+  (`complete_status`).
 * DefaultTolerationSeconds: every pod that does not already tolerate them gets
   `node.kubernetes.io/not-ready:NoExecute` and `node.kubernetes.io/unreachable:NoExecute`
   tolerations of 300 s. This is why pods on a powered-off node are deleted five minutes
