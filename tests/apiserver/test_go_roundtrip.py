@@ -6,14 +6,31 @@
   require most of them).
 * A `resource.Quantity` sent as a JSON number (`cpu: 1` in a YAML manifest) is answered as its
   canonical string (`"1"`, `0.5` → `"500m"`), in specs and statuses alike.
+
+The official clients' typed APIs (`kubernetes` in a worker thread, `kubernetes_asyncio`) create,
+read and list DaemonSets, ReplicaSets, StatefulSets and ReplicationControllers that no
+controller has synced yet (the failure the issue reported: `create_namespaced_daemon_set`
+raising although the object was stored).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import TYPE_CHECKING, Any
 
+import kubernetes.client as _k8s
+import kubernetes_asyncio.client as _ak8s
 import pytest
 from restkit import Rest
+
+if TYPE_CHECKING:  # conftest is never imported at run time (see tests/conftest.py)
+    from conftest import ApiServer
+
+# The client packages are only partly annotated: use them untyped.
+k8s: Any = _k8s
+ak8s: Any = _ak8s
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 NS = "/namespaces/default"
 TEMPLATE = {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
@@ -86,3 +103,51 @@ async def test_numeric_quantities_are_answered_as_canonical_strings(rest: Rest) 
             "metrics": [{"type": "Pods", "pods": {"metric": {"name": "qps"},
                                                   "target": {"type": "AverageValue", "averageValue": 100}}}]}})
     assert hpa["spec"]["metrics"][0]["pods"]["target"] == {"type": "AverageValue", "averageValue": "100"}
+
+
+# -- The calls the issue saw fail, through the official clients' typed APIs.
+
+WORKLOADS: list[tuple[str, str, dict[str, Any]]] = [
+    ("daemon_set", "DaemonSet", {"selector": SELECTOR, "template": TEMPLATE}),
+    ("replica_set", "ReplicaSet", {"selector": SELECTOR, "template": TEMPLATE}),
+    ("stateful_set", "StatefulSet", {"selector": SELECTOR, "serviceName": "s", "template": TEMPLATE}),
+]
+
+
+def sync_workloads(url: str) -> list[str]:
+    api_client = k8s.ApiClient(k8s.Configuration(host=url))
+    try:
+        apps = k8s.AppsV1Api(api_client)
+        made = []
+        for plural, kind, spec in WORKLOADS:
+            body = {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": f"sync-{plural.replace('_', '-')}"},
+                    "spec": spec}
+            created = getattr(apps, f"create_namespaced_{plural}")("default", body)
+            made.append(created.metadata.name)
+            getattr(apps, f"read_namespaced_{plural}_status")(created.metadata.name, "default")
+            getattr(apps, f"list_{plural}_for_all_namespaces")()
+        core = k8s.CoreV1Api(api_client)
+        rc = core.create_namespaced_replication_controller("default", {
+            "apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "sync-rc"},
+            "spec": {"selector": {"app": "a"}, "template": TEMPLATE}})
+        made.append(rc.metadata.name)
+        core.list_replication_controller_for_all_namespaces()
+        return made
+    finally:
+        api_client.close()
+
+
+async def test_the_typed_apis_read_every_workload_before_its_controller_syncs(apiserver: ApiServer) -> None:
+    made = await asyncio.to_thread(sync_workloads, apiserver.url)
+    assert made == ["sync-daemon-set", "sync-replica-set", "sync-stateful-set", "sync-rc"]
+    async with ak8s.ApiClient(configuration=ak8s.Configuration(host=apiserver.url)) as api_client:
+        apps = ak8s.AppsV1Api(api_client)
+        for plural, kind, spec in WORKLOADS:
+            body = {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": f"async-{plural.replace('_', '-')}"},
+                    "spec": spec}
+            created = await getattr(apps, f"create_namespaced_{plural}")("default", body)
+            listed = await getattr(apps, f"list_namespaced_{plural}")("default")
+            assert created.metadata.name in [item.metadata.name for item in listed.items]
+        ds = await apps.read_namespaced_daemon_set("async-daemon-set", "default")
+        assert (ds.status.current_number_scheduled, ds.status.number_misscheduled, ds.status.desired_number_scheduled,
+                ds.status.number_ready) == (0, 0, 0, 0)
