@@ -163,6 +163,7 @@ class Walk:
                 if etype not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"):
                     self.problems.append(f"{kind} watch: an event of type {etype!r}")
                 if etype == "BOOKMARK":
+                    # Neither client deserializes a bookmark (it carries only a resourceVersion).
                     self.checked[(kind, "watch BOOKMARK")] += 1
                     continue
                 self.check(event.get("object"), "V1Status" if etype == "ERROR" else model, kind=kind,
