@@ -3,7 +3,9 @@
 * Defaulting of the fields clients require (a pod's restartPolicy, schedulerName,
   terminationGracePeriodSeconds, container pull policies, qosClass; a Deployment's strategy
   and progress deadline; ...), so that kubectl, the Python clients and the components read
-  the same shapes a real apiserver returns.
+  the same shapes a real apiserver returns; the status counters Go's encoder always writes
+  (a ReplicaSet's `replicas: 0`, a DaemonSet's four), on creation and on every status write
+  (`complete_status`).
 * DefaultTolerationSeconds: every pod that does not already tolerate them gets
   `node.kubernetes.io/not-ready:NoExecute` and `node.kubernetes.io/unreachable:NoExecute`
   tolerations of 300 s. This is why pods on a powered-off node are deleted five minutes
@@ -30,6 +32,7 @@ from kubemesh.services.model.kinds import (
     JOBS,
     NAMESPACES,
     PERSISTENTVOLUMECLAIMS,
+    PODDISRUPTIONBUDGETS,
     PODS,
     REPLICASETS,
     REPLICATIONCONTROLLERS,
@@ -60,6 +63,34 @@ _STATUS_ON_CREATE: Final[dict[Kind, Obj]] = {
     PERSISTENTVOLUMECLAIMS: {"phase": "Pending"},
     HORIZONTALPODAUTOSCALERS: {"currentReplicas": 0, "desiredReplicas": 0},
 }
+
+_STATUS_ZEROS: Final[dict[Kind, Obj]] = {
+    # The status counters Go's encoder always writes (their json tags have no omitempty): a
+    # typed status has them from its creation on, zeros included, whoever writes the status
+    # (the controller's first sync, or a client's status update that leaves them out). The
+    # official clients' models require most of them.
+    REPLICASETS: {"replicas": 0},
+    REPLICATIONCONTROLLERS: {"replicas": 0},
+    STATEFULSETS: {"replicas": 0, "availableReplicas": 0},
+    DAEMONSETS: {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0,
+                 "numberReady": 0},
+    PODDISRUPTIONBUDGETS: {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0},
+    HORIZONTALPODAUTOSCALERS: {"desiredReplicas": 0},
+}
+
+
+def complete_status(kind: Kind, obj: Obj) -> None:
+    """Add the status counters a typed status always carries (`_STATUS_ZEROS`) where they are absent."""
+    zeros = _STATUS_ZEROS.get(kind)
+    if zeros is None:
+        return
+    status = obj.get("status")
+    if not isinstance(status, dict):
+        status = obj["status"] = {}
+    elif any(key not in status for key in zeros):
+        status = obj["status"] = dict(status)  # it may be shared with the stored object (copy-on-write)
+    for key, zero in zeros.items():
+        status.setdefault(key, zero)
 
 
 class AdmissionError(Exception):
@@ -166,11 +197,10 @@ def admit_create(kind: Kind, obj: Obj, *, priority: PriorityLookup, priority_cla
         obj.setdefault("type", "Opaque")
     if kind in _STATUS_ON_CREATE:
         obj["status"] = dict(_STATUS_ON_CREATE[kind])
+    complete_status(kind, obj)
     if kind in (STATEFULSETS, JOBS, CRONJOBS, REPLICATIONCONTROLLERS) and isinstance(spec, dict):
         default_workload(kind, spec)
         obj.setdefault("status", {})
-        if kind is REPLICATIONCONTROLLERS:
-            obj["status"] = {"replicas": 0}
         return
     if kind is PODS and isinstance(spec, dict):
         default_pod_spec(spec)
@@ -179,7 +209,7 @@ def admit_create(kind: Kind, obj: Obj, *, priority: PriorityLookup, priority_cla
         obj["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
     elif kind in (DEPLOYMENTS, REPLICASETS, DAEMONSETS) and isinstance(spec, dict):
         default_workload(kind, spec)
-        obj["status"] = {}
+        obj["status"] = dict(_STATUS_ZEROS.get(kind, {}))
     elif kind is NAMESPACES:
         # As upstream's namespace strategy: every new namespace carries the `kubernetes` finalizer
         # (kubectl 1.27-1.31 send `spec: {}`), so that its content is deleted before it goes.

@@ -161,5 +161,6 @@ def too_large(limit: int) -> StatusError:
 
 
 def internal(message: str) -> StatusError:
-    """500 InternalError."""
-    return StatusError(500, "InternalError", f"Internal error occurred: {message}")
+    """500 InternalError: the message prefixed, and the bare message as the one cause (upstream's NewInternalError)."""
+    return StatusError(500, "InternalError", f"Internal error occurred: {message}",
+                       details={"causes": [{"message": message}]})

@@ -36,6 +36,7 @@ from kubemesh.apiserver.patching import (
     apply_merge_patch,
     apply_strategic_merge_patch,
 )
+from kubemesh.apiserver.protobuf.gojson import quantities_as_strings
 from kubemesh.apiserver.storage import EventType, Store
 from kubemesh.apiserver.validation import decode_typed, validate_name, validate_object
 from kubemesh.services.machinery.clock import Clock, format_micro_time, format_time, parse_time
@@ -358,6 +359,7 @@ class Registry:
                 candidate["status"] = new["status"]
             else:
                 candidate.pop("status", None)
+            admission.complete_status(kind, candidate)
         else:
             candidate = new
             self._decode_fields(kind, candidate)
@@ -577,36 +579,40 @@ class Registry:
         phase = (pod.get("status") or {}).get("phase")
         if phase not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp"):
             for pdb in self.store.items(PODDISRUPTIONBUDGETS, namespace=namespace):
-                if not self._pdb_allows(pdb, pod):
+                denied = self._pdb_denies(pdb, pod)
+                if denied is not None:
+                    # As upstream's eviction: no retryAfterSeconds (0 is left out), one cause.
+                    desired, current = denied
                     raise errors.StatusError(
                         429, "TooManyRequests",
                         "Cannot evict pod as it would violate the pod's disruption budget.",
                         details={"causes": [{"reason": "DisruptionBudget", "message":
-                                 f"The disruption budget {pdb['metadata']['name']} needs more healthy pods"}]},
-                        retry_after=5)
+                                 f"The disruption budget {pdb['metadata']['name']} needs {desired} healthy pods "
+                                 f"and has {current} currently"}]})
         raw_opts = eviction.get("deleteOptions") or {}
         opts = DeleteOptions.from_obj(raw_opts, {})
         return self.delete(PODS, namespace, name, opts)
 
-    def _pdb_allows(self, pdb: Obj, pod: Obj) -> bool:
+    def _pdb_denies(self, pdb: Obj, pod: Obj) -> tuple[int, int] | None:
+        """None if the budget allows evicting `pod`; else (healthy pods it needs, healthy pods there are)."""
         spec = pdb.get("spec") or {}
         try:
             selector = label_selector_from_dict(spec.get("selector"))
         except SelectorError:
-            return True
+            return None
         if not selector.matches(labels_of(pod)):
-            return True
+            return None
         ns = pod["metadata"].get("namespace")
         matching = [p for p in self.store.items(PODS, namespace=ns) if selector.matches(labels_of(p))]
         healthy = sum(1 for p in matching if _pod_healthy(p))
         total = len(matching)
         if "minAvailable" in spec:
             need = _int_or_percent(spec["minAvailable"], total, round_up=True)
-            return healthy - 1 >= need
-        if "maxUnavailable" in spec:
-            allowed = _int_or_percent(spec["maxUnavailable"], total, round_up=True)
-            return (total - healthy) + 1 <= allowed
-        return True
+        elif "maxUnavailable" in spec:
+            need = total - _int_or_percent(spec["maxUnavailable"], total, round_up=True)
+        else:
+            return None
+        return None if healthy - 1 >= need else (need, healthy)
 
     def get_scale(self, kind: Kind, namespace: str, name: str) -> Obj:
         """The autoscaling/v1 Scale of a Deployment or ReplicaSet."""
@@ -708,13 +714,15 @@ class Registry:
         """`obj` as a typed decode leaves it (`decode_typed`; a custom object: pruned by its schema).
 
         Unknown fields are dropped in every mode, as upstream: warned about under `Warn` (the
-        default), refused with a 400 under `Strict`, silently under `Ignore`.
+        default), refused with a 400 under `Strict`, silently under `Ignore`. A quantity sent as
+        a JSON number is kept as its canonical string, as Go's round trip writes it.
         """
         mode = opts.field_validation or "Warn"
         if kind.custom is not None:
             customobjects.prepare(kind, obj, field_validation=mode, warnings=warnings)
             return obj
         obj, unknown = decode_typed(kind, obj)
+        obj = quantities_as_strings(kind.api_version, kind.kind, obj)
         if not unknown or mode == "Ignore":
             return obj
         if mode == "Strict":

@@ -659,8 +659,7 @@ class ServiceIPs:
         if not ips:
             chosen = self.ips.band.pick(lambda value: value in self._ip_owner, self.rng)
             if chosen is None:
-                raise errors.StatusError(500, "InternalError", "Internal error occurred: failed to allocate a "
-                                         "serviceIP: range is full")
+                raise errors.internal("failed to allocate a serviceIP: range is full")
             text = self.ips.address(chosen)
             spec["clusterIP"] = text
             spec["clusterIPs"] = [text]
@@ -723,8 +722,7 @@ class ServiceIPs:
                 number = self.node_ports.band.pick(lambda value: value in used or value in self._port_owner,
                                                    self.rng)
                 if number is None:
-                    raise errors.StatusError(500, "InternalError", "Internal error occurred: failed to allocate a "
-                                             "nodePort: range is full")
+                    raise errors.internal("failed to allocate a nodePort: range is full")
                 used.add(number)
                 shared[port.get("port")] = number
             port["nodePort"] = number

@@ -34,8 +34,6 @@ Time is the cluster's: callers pass `now` (cluster seconds) and nothing here rea
 from __future__ import annotations
 
 import functools
-import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
@@ -44,7 +42,7 @@ from kubemesh.apiserver.customresources.objects import custom_of
 from kubemesh.apiserver.discovery import parse_accept
 from kubemesh.services.machinery.clock import format_time, time_or_none
 from kubemesh.services.model.kinds import Kind, Obj
-from kubemesh.services.model.quantities import parse_quantity
+from kubemesh.services.model.quantities import canonical_quantity
 
 TABLE_API_VERSION: Final = "meta.k8s.io/v1"
 INCLUDE_OBJECT_POLICIES: Final = ("None", "Metadata", "Object")
@@ -592,47 +590,9 @@ def _storage_class(obj: Obj) -> str:
     return _str(_dict(obj.get("spec")).get("storageClassName"))
 
 
-_BINARY_SUFFIXES: Final = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
-_DECIMAL_SUFFIXES: Final = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
-_EXPONENT_FORM: Final = re.compile(r"[eE][+-]?\d+$")
-
-
 def _quantity(value: Any) -> str:
-    """A quantity as `resource.Quantity.String()` prints it: canonical, in the notation it was written in.
-
-    A binary-suffixed amount of at least 1024 that is whole keeps the largest binary suffix that
-    divides it (`1024Mi` → `1Gi`, `1.5Gi` → `1536Mi`); anything else is decimal, its exponent a
-    multiple of three (`1000M` → `1G`, `0.5` → `500m`, `1e3` → `1e3`), rounded up to nano units.
-    Text that is no quantity, or too long or too far out to be worth the arithmetic, is printed
-    as it is.
-    """
-    if value is None or isinstance(value, bool):
-        return "0"
-    text = str(value).strip()
-    exponent_form = _EXPONENT_FORM.search(text)
-    if len(text) > 64 or (exponent_form is not None and abs(int(exponent_form.group()[1:])) > 64):
-        return text
-    try:
-        amount = parse_quantity(value)
-    except ValueError:
-        return text
-    sign = "-" if amount < 0 else ""
-    nanos = math.ceil(abs(amount) * 10**9)
-    if nanos == 0:
-        return "0"
-    if text.endswith("i") and nanos % 10**9 == 0 and nanos >= 1024 * 10**9:
-        whole, power = nanos // 10**9, 0
-        while whole % 1024 == 0 and power < len(_BINARY_SUFFIXES) - 1:
-            whole, power = whole // 1024, power + 1
-        return f"{sign}{whole}{_BINARY_SUFFIXES[power]}"
-    mantissa, exponent = nanos, -9
-    while mantissa % 10 == 0:
-        mantissa, exponent = mantissa // 10, exponent + 1
-    shift = exponent % 3
-    mantissa, exponent = mantissa * 10**shift, exponent - shift
-    if exponent_form is not None or exponent not in _DECIMAL_SUFFIXES:
-        return f"{sign}{mantissa}" + (f"e{exponent}" if exponent else "")
-    return f"{sign}{mantissa}{_DECIMAL_SUFFIXES[exponent]}"
+    """A quantity as `resource.Quantity.String()` prints it (`canonical_quantity`)."""
+    return canonical_quantity(value)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,6 +42,15 @@ RESET_STATUS: Final = 444
 """The code the history's request record shows for a request chaos answered by cutting the connection."""
 
 
+def _error(code: int, message: str, *, retry_after: int | None = None) -> errors.StatusError:
+    """The Status an injected error answers with, shaped as kube-apiserver's of that code (a 500's cause)."""
+    if code == 500:
+        err = errors.internal(message)
+        err.retry_after = retry_after
+        return err
+    return errors.StatusError(code, _REASONS[code], message, retry_after=retry_after)
+
+
 class Engine(Protocol):
     """What the request chaos needs from the engine (`kubemesh.apiserver.chaos.engine.ChaosEngine`)."""
 
@@ -150,7 +159,7 @@ class RequestChaos:
                 f.injected += 1
                 self.engine.record("inject", f, "ok", effect="error", code=code, **detail)
                 msg = f.spec.params.get("message") or f"chaos: fault {f.name} injected {code}"
-                raise errors.StatusError(code, _REASONS[code], msg, retry_after=f.spec.params.get("retryAfter"))
+                raise _error(code, msg, retry_after=f.spec.params.get("retryAfter"))
         if info.verb == "watch":
             for f in matched:
                 if f.spec.type == "watch.gone" and f.spec.params.get("newWatches") and f.fires():
@@ -173,8 +182,8 @@ class RequestChaos:
                     f.injected += 1
                     self.engine.record("inject", f, "ok", effect="commitThenFail", code=code,
                                        committedRV=request.get("rv"), **detail)
-                    return render_status(request, errors.StatusError(
-                        code, _REASONS[code], f"chaos: fault {f.name}: the write was committed, then failed"))
+                    return render_status(request, _error(
+                        code, f"chaos: fault {f.name}: the write was committed, then failed"))
         return resp
 
     def _describe(self, request: web.Request) -> RequestInfo | None:

@@ -11,7 +11,9 @@ Guarantees:
   (a scheduler filtering every pod against every node) parse each distinct text once.
 * `milli_value` and `int_value` round up, as `Quantity.MilliValue()` and `Quantity.Value()`:
   `0.0001` cpu is 1 millicore, `1.5` bytes is 2.
-* `format_cpu` and `format_bytes` print amounts as Kubernetes does (`8`, `7900m`, `32Gi`).
+* `format_cpu` and `format_bytes` print amounts as Kubernetes does (`8`, `7900m`, `32Gi`);
+  `canonical_quantity` prints any quantity as `Quantity.String()` does (`1000m` → `1`, `0.5` →
+  `500m`, the JSON number `2` → `2`).
 """
 
 from __future__ import annotations
@@ -87,3 +89,48 @@ def format_bytes(n: int) -> str:
         if n and n % size == 0:
             return f"{n // size}{suffix}"
     return str(n)
+
+
+_BINARY_SUFFIXES: Final = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+_DECIMAL_SUFFIXES: Final = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+_EXPONENT_FORM: Final = re.compile(r"[eE][+-]?\d+$")
+
+
+def canonical_quantity(value: object) -> str:
+    """A quantity as `resource.Quantity.String()` prints it: canonical, in the notation it was written in.
+
+    A binary-suffixed amount of at least 1024 that is whole keeps the largest binary suffix that
+    divides it (`1024Mi` → `1Gi`, `1.5Gi` → `1536Mi`); anything else is decimal, its exponent a
+    multiple of three (`1000M` → `1G`, `0.5` → `500m`, `1e3` → `1e3`), rounded up to nano units.
+    Text that is no quantity, or too long or too far out to be worth the arithmetic, is printed
+    as it is.
+    """
+    if value is None or isinstance(value, bool):
+        return "0"
+    text = str(value).strip()
+    if not isinstance(value, str | int | float):
+        return text
+    exponent_form = _EXPONENT_FORM.search(text)
+    if len(text) > 64 or (exponent_form is not None and abs(int(exponent_form.group()[1:])) > 64):
+        return text
+    try:
+        amount = parse_quantity(value)
+    except ValueError:
+        return text
+    sign = "-" if amount < 0 else ""
+    nanos = math.ceil(abs(amount) * 10**9)
+    if nanos == 0:
+        return "0"
+    if text.endswith("i") and nanos % 10**9 == 0 and nanos >= 1024 * 10**9:
+        whole, power = nanos // 10**9, 0
+        while whole % 1024 == 0 and power < len(_BINARY_SUFFIXES) - 1:
+            whole, power = whole // 1024, power + 1
+        return f"{sign}{whole}{_BINARY_SUFFIXES[power]}"
+    mantissa, exponent = nanos, -9
+    while mantissa % 10 == 0:
+        mantissa, exponent = mantissa // 10, exponent + 1
+    shift = exponent % 3
+    mantissa, exponent = mantissa * 10**shift, exponent - shift
+    if exponent_form is not None or exponent not in _DECIMAL_SUFFIXES:
+        return f"{sign}{mantissa}" + (f"e{exponent}" if exponent else "")
+    return f"{sign}{mantissa}{_DECIMAL_SUFFIXES[exponent]}"

@@ -1,0 +1,95 @@
+"""Quantities as Go's JSON round trip leaves them: a JSON number becomes its canonical string.
+
+kube-apiserver decodes a built-in object into Go types and encodes it again. A
+`resource.Quantity` reads a JSON number as well as a string (`cpu: 1`, `storage: 1073741824`,
+as YAML manifests write them) and always writes the canonical string (`"1"`,
+`"1073741824"`, `0.5` → `"500m"`), so no response ever carries a quantity as a number, and
+the official clients' typed models (which type quantities as strings) rely on that.
+
+`quantities_as_strings(api_version, kind, obj)` does the same to a decoded dict: every
+quantity field of the kind's Go type (found through the generated message table: resource
+lists of containers, nodes, claims, volumes and quotas, limit ranges, metric targets...)
+that holds a number gets its canonical string. Strings are left as they are. Copy-on-write:
+`obj` and its parts are never changed; what changes is copied along its path, and an object
+with no numeric quantity is returned itself.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Final
+
+from kubemesh.apiserver.protobuf import messages
+from kubemesh.apiserver.protobuf.schema import QUANTITY, SCALARS, SPECIAL, message_for
+from kubemesh.services.model.kinds import Obj
+from kubemesh.services.model.quantities import canonical_quantity
+
+_Plan = tuple[tuple[str, str, str], ...]
+"""(json name, shape, what: "q" for a quantity, else the message to go into), inlined fields flattened."""
+
+_OPAQUE: Final = frozenset(SPECIAL) - {QUANTITY}
+
+
+@functools.cache
+def _has_quantity(message: str, seen: frozenset[str] = frozenset()) -> bool:
+    if message in seen or message not in messages.MESSAGES:
+        return False
+    inner = seen | {message}
+    return any(typ == QUANTITY or (typ not in SCALARS and typ not in _OPAQUE and _has_quantity(typ, inner))
+               for _number, _json, typ, _shape, _omitempty in messages.MESSAGES[message])
+
+
+@functools.cache
+def _plan(message: str) -> _Plan:
+    out: list[tuple[str, str, str]] = []
+    for _number, json, typ, shape, _omitempty in messages.MESSAGES.get(message, ()):
+        if typ == QUANTITY:
+            out.append((json, shape, "q"))
+        elif typ not in SCALARS and typ not in _OPAQUE and _has_quantity(typ):
+            if json:
+                out.append((json, shape, typ))
+            else:  # an inlined Go struct: its fields sit beside these
+                out.extend(_plan(typ))
+    return tuple(out)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _value(value: Any, what: str) -> Any:
+    if what == "q":
+        return canonical_quantity(value) if _number(value) else value
+    return _walk(value, what) if isinstance(value, dict) else value
+
+
+def _walk(obj: dict[str, Any], message: str) -> dict[str, Any]:
+    changed: dict[str, Any] | None = None
+    for json, shape, what in _plan(message):
+        sub = obj.get(json)
+        if sub is None:
+            continue
+        new: Any = sub
+        if shape == "list" and isinstance(sub, list):
+            items = [_value(item, what) for item in sub]
+            if any(a is not b for a, b in zip(items, sub, strict=True)):
+                new = items
+        elif shape == "map" and isinstance(sub, dict):
+            entries = {k: _value(item, what) for k, item in sub.items()}
+            if any(entries[k] is not sub[k] for k in sub):
+                new = entries
+        elif shape in ("val", "ptr"):
+            new = _value(sub, what)
+        if new is not sub:
+            if changed is None:
+                changed = dict(obj)
+            changed[json] = new
+    return obj if changed is None else changed
+
+
+def quantities_as_strings(api_version: str, kind: str, obj: Obj) -> Obj:
+    """`obj` with every quantity that is a JSON number written as its canonical string."""
+    message = message_for(api_version, kind)
+    if message is None or not _has_quantity(message):
+        return obj
+    return _walk(obj, message)
