@@ -29,10 +29,12 @@ from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kubemesh.apiserver import chaos, errors, history_routes
+from kubemesh.apiserver.admitting import Admitting
 from kubemesh.apiserver.core import ApiserverCore, Interceptor, assemble
 from kubemesh.apiserver.history import WRITER
 from kubemesh.apiserver.serving import MAX_BODY, RESOURCE, RESPONSE_RV, VERB, Api, identity, render, render_status
 from kubemesh.apiserver.settings import ServerSettings
+from kubemesh.apiserver.webhooks import Webhooks
 from kubemesh.services.machinery.certs import server_context
 from kubemesh.services.machinery.clock import component_rng
 from kubemesh.services.process.gctuning import SurvivorFreezer
@@ -52,7 +54,9 @@ def build_app(core: ApiserverCore) -> web.Application:
     """
     settings = core.settings
     history, hub, store = core.history, core.hub, core.store
-    api = Api(registry=core.registry, hub=hub, targets=core.targets, discovery=core.discovery, openapi=core.openapi)
+    webhooks = Webhooks(store=store, kinds=core.kinds)
+    api = Api(registry=core.registry, hub=hub, targets=core.targets, discovery=core.discovery, openapi=core.openapi,
+              admitting=Admitting(registry=core.registry, webhooks=webhooks))
     token = settings.token
     interceptors = core.interceptors
     observe = core.metrics.requests.observe
@@ -147,6 +151,7 @@ def build_app(core: ApiserverCore) -> web.Application:
         hub.close_all("apiserver shutting down")
 
     async def on_cleanup(app: web.Application) -> None:
+        await webhooks.close()
         store.close()
 
     # The chaos front door: faults enforced here (requests, watch streams, stale reads) and

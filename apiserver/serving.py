@@ -24,6 +24,7 @@ from aiohttp import HttpVersion11, web
 from aiohttp.abc import AbstractStreamWriter
 
 from kubemesh.apiserver import conversion, discovery, errors, paging, protobuf, reviews, tables
+from kubemesh.apiserver.admitting import Admitting
 from kubemesh.apiserver.customresources import objects as customobjects
 from kubemesh.apiserver.discovery import Discovery
 from kubemesh.apiserver.openapi import OPENAPI_V2_CONTENT_TYPE, OpenApi
@@ -426,8 +427,10 @@ class Api:
     """The request handlers, bound to one registry and one watch hub."""
 
     def __init__(self, *, registry: Registry, hub: WatchHub, targets: Targets, discovery: Discovery,
-                 openapi: OpenApi) -> None:
+                 openapi: OpenApi, admitting: Admitting | None = None) -> None:
         self.registry = registry
+        self.admitting = admitting
+        """Writes through admission webhooks, when some webhook configuration exists (`admitting`)."""
         self.hub = hub
         self.targets = targets
         self.discovery = discovery
@@ -729,7 +732,10 @@ class Api:
         """POST a new object."""
         body, _ = await read_body(request)
         warnings: list[str] = []
-        obj = self.registry.create(t.kind, t.namespace, body, write_options(request), warnings=warnings)
+        if (admitting := self._admitting()) is not None:
+            obj = await admitting.create(t.kind, t.namespace, body, write_options(request), warnings=warnings)
+        else:
+            obj = self.registry.create(t.kind, t.namespace, body, write_options(request), warnings=warnings)
         return self.render_written(request, t.kind, obj, status=201, warnings=warnings)
 
     async def create_binding(self, request: web.Request, t: Target) -> web.Response:
@@ -746,8 +752,12 @@ class Api:
         assert t.name is not None
         body, _ = await read_body(request)
         warnings: list[str] = []
-        obj = self.registry.update(t.kind, t.namespace, t.name, body, write_options(request), subresource=sub,
-                                   warnings=warnings)
+        if (admitting := self._admitting()) is not None:
+            obj = await admitting.update(t.kind, t.namespace, t.name, body, write_options(request), subresource=sub,
+                                         warnings=warnings)
+        else:
+            obj = self.registry.update(t.kind, t.namespace, t.name, body, write_options(request), subresource=sub,
+                                       warnings=warnings)
         return self.render_written(request, t.kind, obj, warnings=warnings)
 
     async def patch(self, request: web.Request, t: Target, *, sub: str | None = None) -> web.Response:
@@ -761,8 +771,12 @@ class Api:
             raise errors.unsupported_media_type(media or "(none)")
         body, _ = await read_body(request)
         warnings: list[str] = []
-        obj, created = self.registry.patch(t.kind, t.namespace, t.name, body, patch_type, write_options(request),
-                                           subresource=sub, warnings=warnings)
+        if (admitting := self._admitting()) is not None:
+            obj, created = await admitting.patch(t.kind, t.namespace, t.name, body, patch_type, write_options(request),
+                                                 subresource=sub, warnings=warnings)
+        else:
+            obj, created = self.registry.patch(t.kind, t.namespace, t.name, body, patch_type, write_options(request),
+                                               subresource=sub, warnings=warnings)
         return self.render_written(request, t.kind, obj, status=201 if created else 200, warnings=warnings)
 
     async def delete(self, request: web.Request, t: Target) -> web.Response:
@@ -770,8 +784,16 @@ class Api:
         assert t.name is not None
         body, _ = await read_body(request)
         opts = DeleteOptions.from_obj(body, dict(request.query))
-        obj = self.registry.delete(t.kind, t.namespace, t.name, opts)
+        if (admitting := self._admitting()) is not None:
+            obj = await admitting.delete(t.kind, t.namespace, t.name, opts)
+        else:
+            obj = self.registry.delete(t.kind, t.namespace, t.name, opts)
         return self.render_written(request, t.kind, obj)
+
+    def _admitting(self) -> Admitting | None:
+        """The webhook write path, when there is a webhook configuration at all (else the direct one)."""
+        admitting = self.admitting
+        return admitting if admitting is not None and admitting.webhooks.configured() else None
 
     async def delete_collection(self, request: web.Request, t: Target) -> web.Response:
         """DELETE on a collection."""
