@@ -31,6 +31,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from kubemesh.apiserver import chaos, errors, history_routes
 from kubemesh.apiserver.core import ApiserverCore, Interceptor, assemble
 from kubemesh.apiserver.history import WRITER
+from kubemesh.apiserver.podstreams import PodStreams
 from kubemesh.apiserver.serving import MAX_BODY, RESOURCE, RESPONSE_RV, VERB, Api, identity, render, render_status
 from kubemesh.apiserver.settings import ServerSettings
 from kubemesh.services.machinery.certs import server_context
@@ -53,6 +54,8 @@ def build_app(core: ApiserverCore) -> web.Application:
     settings = core.settings
     history, hub, store = core.history, core.hub, core.store
     api = Api(registry=core.registry, hub=hub, targets=core.targets, discovery=core.discovery, openapi=core.openapi)
+    pod_streams = PodStreams(registry=core.registry, kubelet_of=core.components.kubelet_of, token=settings.token)
+    api.pod_streams.update(pod_streams.handlers())
     token = settings.token
     interceptors = core.interceptors
     observe = core.metrics.requests.observe
@@ -147,6 +150,7 @@ def build_app(core: ApiserverCore) -> web.Application:
         hub.close_all("apiserver shutting down")
 
     async def on_cleanup(app: web.Application) -> None:
+        await pod_streams.close()
         store.close()
 
     # The chaos front door: faults enforced here (requests, watch streams, stale reads) and

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from kubemesh.kubelet.containerlogs import ContainerLog
 from kubemesh.kubelet.lifecycle import PodMachine
 from kubemesh.kubelet.pressure import eviction_message, pressure_rejection, rank_for_memory_eviction
 from kubemesh.kubelet.resources import Resources, admit, pod_requests
@@ -330,6 +331,16 @@ class PodWorker:
         self.entries.clear()
         self.orphans.clear()
         self.rebooted = True
+
+    def container_log(self, key: str, container: str, *, previous: bool) -> tuple[ContainerLog, Callable[[], bool]]:
+        """The log `GET .../log` shows for `container` of the pod `key`, and whether that pod still runs here.
+
+        Raises KeyError when this node runs no such pod, `LogUnavailable` when the container's
+        state has no log to show (see `PodMachine.container_log`).
+        """
+        entry = self.entries[key]
+        run = entry.machine.container_log(container, pod=name_of(entry.pod), previous=previous)
+        return run, lambda: self.entries.get(key) is entry
 
     def describe(self) -> dict[str, Any]:
         """The node's pods and containers as the runtime sees them."""
