@@ -30,6 +30,8 @@ and attach, `error upgrading connection: ...` for port-forward); it never waits.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Final
 from urllib.parse import quote
@@ -54,6 +56,9 @@ PROCESS_SUBRESOURCES: Final = ("exec", "attach", "portforward")
 _LOG_OPTIONS: Final = Kind(group="", version="v1", kind="PodLogOptions", plural="podlogoptions",
                            singular="podlogoptions", namespaced=True)
 """For the wording of a 422 (`PodLogOptions "x" is invalid: ...`); never served."""
+
+CLIENT_CHECK: Final = 0.5
+"""Wall seconds between two looks at a log stream's client connection."""
 
 _INT_OPTIONS: Final = ("tailLines", "sinceSeconds", "limitBytes")
 _PASSED: Final = ("previous", "follow", "timestamps", "tailLines", "sinceSeconds", "sinceTime", "limitBytes")
@@ -191,17 +196,38 @@ class PodStreams:
                     raise _relay_error(upstream.status, text, name)
                 resp = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
                 await resp.prepare(request)
-                try:
-                    async for chunk in upstream.content.iter_any():
-                        await resp.write(chunk)
-                    await resp.write_eof()
-                except (ConnectionResetError, aiohttp.ClientError) as exc:
-                    # The client left (the kubelet stream is closed on leaving this block) or the
-                    # kubelet went away mid-stream: the response was sent, it just ends here.
-                    log.debug("log stream ended early", pod=f"{namespace}/{name}", error=str(exc))
+                await self._relay(request, upstream, resp, what=f"{namespace}/{name}")
                 return resp
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise errors.internal(f'Get "{url}": {str(exc) or type(exc).__name__}') from None
+
+    async def _relay(self, request: web.Request, upstream: aiohttp.ClientResponse, resp: web.StreamResponse, *,
+                     what: str) -> None:
+        """Copy the kubelet's stream to the client until either ends.
+
+        aiohttp does not cancel a handler whose client left, and a quiet follow stream gives
+        nothing to write that would fail: the connection is looked at every `CLIENT_CHECK`
+        wall seconds, and a client that left ends the copy, which closes the kubelet's stream.
+        """
+        async def copy() -> None:
+            async for chunk in upstream.content.iter_any():
+                await resp.write(chunk)
+            await resp.write_eof()
+
+        task = asyncio.ensure_future(copy())
+        try:
+            while not task.done():
+                await asyncio.wait({task}, timeout=CLIENT_CHECK)
+                transport = request.transport
+                if not task.done() and (transport is None or transport.is_closing()):
+                    task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        except (ConnectionResetError, aiohttp.ClientError) as exc:
+            # The client left, or the kubelet went away mid-stream: the response was under way, it ends here.
+            log.debug("log stream ended early", pod=what, error=str(exc))
+        finally:
+            task.cancel()
 
     async def refuse(self, request: web.Request, t: Target) -> web.StreamResponse:
         """exec, attach, portforward: checked as upstream checks them, then refused."""

@@ -153,12 +153,23 @@ def routes(nodes: Mapping[str, EmulatedNode], *, clock: Clock) -> list[web.Route
         opts = _log_options(request, now=clock.now())
         resp = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
         await resp.prepare(request)
+
+        def wanted() -> bool:
+            # The run is still this node's and the client is still there: aiohttp does not
+            # cancel a handler whose client left, and a quiet follow stream writes nothing
+            # that would fail, so the stream looks at its connection between polls.
+            transport = request.transport
+            return alive() and transport is not None and not transport.is_closing()
+
+        node.pods.log_streams += 1
         try:
-            async for chunk in run.follow(clock=clock, opts=opts, alive=alive):
+            async for chunk in run.follow(clock=clock, opts=opts, alive=wanted):
                 await resp.write(chunk)
+            await resp.write_eof()
         except ConnectionResetError:
-            return resp  # the client left
-        await resp.write_eof()
+            pass  # the client left
+        finally:
+            node.pods.log_streams -= 1
         return resp
 
     return [

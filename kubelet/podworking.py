@@ -157,6 +157,8 @@ class PodWorker:
     rebooted: bool = False
     """Set on power-on: containers seen in the API status were lost with the machine."""
     writes: int = 0
+    log_streams: int = 0
+    """Log requests being answered now (a `follow` stream lasts until its run ends or its client leaves)."""
 
     def __post_init__(self) -> None:
         self.ips = IpAllocator(self.cidr)
@@ -350,6 +352,7 @@ class PodWorker:
                      for k, e in sorted(self.entries.items())},
             "zombies": {uid: {"pod": m.key, "running": m.running_containers}
                         for uid, m in sorted(self.orphans.items())},
+            "logStreams": self.log_streams,
             "allocatable": self.allocatable.to_quantities(),
             "used": sum_requests(self.admitted_pods()).to_quantities(),
         }

@@ -16,6 +16,9 @@ the container ID's first 12 hex digits, SIGTERM, exit with its code), see
 * `exec`, `attach` and `port-forward`: a 400 that names the subresource, printed by kubectl,
   which exits non-zero instead of waiting.
 
+A follow stream whose client leaves while the container prints nothing ends at the kubelet
+too (its admin endpoint counts the streams it serves, `logStreams`).
+
 The Python client reads the same logs (container, tail, timestamps, previous, follow) and
 gets the 400 a two-container pod without `container` answers, a 422 for a negative `tailLines`,
 a 404 for a missing pod, and no content for a pod no node runs yet.
@@ -249,3 +252,24 @@ async def test_python_client_reads_logs(mesh_env: MeshEnv) -> None:
     assert not node_of(unscheduled)
     # No node, no log location: 204 No Content, which the client returns as None.
     assert await read("unscheduled") is None
+
+
+async def test_a_follow_stream_ends_when_its_client_leaves(mesh_env: MeshEnv) -> None:
+    """A quiet follow stream (a container that prints nothing more) is closed through to the kubelet."""
+    env = mesh_env
+    ns = "logs-leave"
+    await create(env, ns, pod("quiet", ns, containers=("main",)))
+    node = node_of(await running(env, ns, "quiet", "main"))
+    endpoint = env.mesh.endpoint
+    kubelet = await endpoint.kubelet_of(node)
+
+    async def streams(count: int) -> bool:
+        return bool((await endpoint.admin_request(kubelet, "GET", f"/nodes/{node}"))["logStreams"] == count)
+
+    url = f"{endpoint.url}/api/v1/namespaces/{ns}/pods/quiet/log"
+    async with endpoint.session(request_timeout=120) as session, \
+            session.get(url, params={"follow": "true"}, headers=endpoint.headers()) as resp:
+        assert resp.status == 200 and resp.headers["Content-Type"] == "text/plain"
+        assert STARTED.match((await resp.content.readline()).decode().rstrip("\n"))
+        await env.until(lambda: streams(1), within=60, what="the kubelet streams the log")
+    await env.until(lambda: streams(0), within=60, what="the kubelet's stream ended after the client left")
