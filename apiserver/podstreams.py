@@ -177,8 +177,8 @@ class PodStreams:
         """GET pods/{name}/log."""
         if request.method != "GET":
             raise errors.method_not_allowed()
+        query = log_query(request, str(t.name))  # the options first, as upstream validates them before the pod
         pod, namespace, name = self._pod(t)
-        query = log_query(request, name)
         container = choose_container(pod, name, request.query.get("container"))
         node = str((pod.get("spec") or {}).get("nodeName") or "")
         if not node:

@@ -7,7 +7,7 @@ state after it (`changed` says whether anything changed).
 | route                                   | body                                              |
 |-----------------------------------------|---------------------------------------------------|
 | `GET  /nodes`                           | list every hosted node's state                    |
-| `GET  /nodes/{node}`                    | one node, with its pods, containers and zombies   |
+| `GET  /nodes/{node}`                    | one node: pods, containers, zombies, logStreams   |
 | `POST /nodes/{node}/power-off`          | all loops stop; pods stay as they are in the API  |
 | `POST /nodes/{node}/power-on`           | boot again (a kubelet restart)                    |
 | `POST /nodes/{node}/lease/stop`         | stop only the Lease renewals                      |

@@ -57,6 +57,8 @@ async def test_log_choices_options_and_locations(pods: Rest) -> None:
     status, doc = await rest.call("GET", f"{NS}/bound/log",
                                   params={"sinceSeconds": "5", "sinceTime": "2026-01-01T00:00:00Z"})
     assert (status, doc["reason"]) == (422, "Invalid")
+    status, doc = await rest.call("GET", f"{NS}/missing/log", params={"limitBytes": "0"})
+    assert (status, doc["reason"]) == (422, "Invalid")  # the options are validated before the pod is read
     status, doc = await rest.call("GET", f"{NS}/bound/log", params={"tailLines": "x"})
     assert (status, doc["reason"]) == (400, "BadRequest")
     # Bound to a node no kubelet registered: the location cannot be reached.
