@@ -32,6 +32,7 @@ from kubemesh.apiserver import chaos, errors, history_routes
 from kubemesh.apiserver.admitting import Admitting
 from kubemesh.apiserver.core import ApiserverCore, Interceptor, assemble
 from kubemesh.apiserver.history import WRITER
+from kubemesh.apiserver.podstreams import PodStreams
 from kubemesh.apiserver.serving import MAX_BODY, RESOURCE, RESPONSE_RV, VERB, Api, identity, render, render_status
 from kubemesh.apiserver.settings import ServerSettings
 from kubemesh.apiserver.webhooks import Webhooks
@@ -57,6 +58,8 @@ def build_app(core: ApiserverCore) -> web.Application:
     webhooks = Webhooks(store=store, kinds=core.kinds)
     api = Api(registry=core.registry, hub=hub, targets=core.targets, discovery=core.discovery, openapi=core.openapi,
               admitting=Admitting(registry=core.registry, webhooks=webhooks))
+    pod_streams = PodStreams(registry=core.registry, kubelet_of=core.components.kubelet_of, token=settings.token)
+    api.pod_streams.update(pod_streams.handlers())
     token = settings.token
     interceptors = core.interceptors
     observe = core.metrics.requests.observe
@@ -152,6 +155,7 @@ def build_app(core: ApiserverCore) -> web.Application:
 
     async def on_cleanup(app: web.Application) -> None:
         await webhooks.close()
+        await pod_streams.close()
         store.close()
 
     # The chaos front door: faults enforced here (requests, watch streams, stale reads) and

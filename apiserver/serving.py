@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import math
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -438,6 +439,8 @@ class Api:
         self.shutting_down = False
         self.snapshots = paging.Snapshots()
         """Sorted list snapshots that paged lists read (`paging`)."""
+        self.pod_streams: dict[str, Callable[[web.Request, Target], Awaitable[web.StreamResponse]]] = {}
+        """Handlers of pods' log, exec, attach, portforward by subresource (`kubemesh.apiserver.podstreams`)."""
 
     def routes(self) -> list[web.RouteDef]:
         """Every Kubernetes route this server answers."""
@@ -807,7 +810,7 @@ class Api:
                                 "items": items})
 
     async def subresource(self, request: web.Request, t: Target) -> web.StreamResponse:
-        """status, scale, binding and eviction."""
+        """status, scale, binding, eviction, and the pods' streams (`pod_streams`)."""
         assert t.name is not None and t.sub is not None
         method = request.method
         if t.sub == "status":
@@ -843,6 +846,8 @@ class Api:
             # The real server answers a Status; both Python clients then fail to parse it
             # as a V1Binding. Echoing the Binding is harmless for Go clients and works for all.
             return render(request, _binding_echo(body), status=201)
+        elif t.kind is PODS and t.sub in self.pod_streams:
+            return await self.pod_streams[t.sub](request, t)
         elif t.sub == "eviction" and t.kind is PODS and method == "POST":
             assert t.namespace is not None
             body, _ = await read_body(request)

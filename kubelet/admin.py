@@ -7,7 +7,7 @@ state after it (`changed` says whether anything changed).
 | route                                   | body                                              |
 |-----------------------------------------|---------------------------------------------------|
 | `GET  /nodes`                           | list every hosted node's state                    |
-| `GET  /nodes/{node}`                    | one node, with its pods, containers and zombies   |
+| `GET  /nodes/{node}`                    | one node: pods, containers, zombies, logStreams   |
 | `POST /nodes/{node}/power-off`          | all loops stop; pods stay as they are in the API  |
 | `POST /nodes/{node}/power-on`           | boot again (a kubelet restart)                    |
 | `POST /nodes/{node}/lease/stop`         | stop only the Lease renewals                      |
@@ -20,6 +20,7 @@ state after it (`changed` says whether anything changed).
 |                                         | "reason"?}`: running containers exit (see below)  |
 | `POST /nodes/{node}/containers/slow`    | `{"startDelay"?: s, "stopDelay"?: s or null}`     |
 | `POST /nodes/{node}/zombie`             | `{"enabled": true or false}`                      |
+| `GET  /nodes/{node}/containerLogs/{namespace}/{pod}/{container}` | a container's log (below)|
 
 `containers/fail`: without `pod`, every pod of the node; `namespace` defaults to `default`;
 `exitCode` to 1 and `reason` to `Error`. `{"reason": "OOMKilled", "exitCode": 137}` is an OOM
@@ -33,6 +34,14 @@ they are killed); cluster seconds, 0 and null clear them.
 through a power-off: the machine behaves as frozen or partitioned, not dead), which shows the
 at-most-one violation of a force delete; disabling kills them.
 
+`containerLogs`: the emulated container's log as text/plain, as the kubelet's
+`/containerLogs` serves it (`kubemesh.kubelet.containerlogs`), with the query parameters
+`previous`, `follow`, `timestamps`, `tailLines`, `sinceSeconds`, `sinceTime`, `limitBytes`
+(the apiserver validated them; malformed ones are ignored). 404 when the node runs no such
+pod, 400 (the kubelet's words) when the container's state has no log, 500 while the node is
+powered off. A `follow` stream ends when the run ends, its pod leaves the node, or the
+client leaves.
+
 Condition types: Ready, MemoryPressure (the node then evicts one pod per 10 s, BestEffort
 first), DiskPressure, PIDPressure (reported, and admission refuses new pods), or any other.
 """
@@ -45,8 +54,10 @@ from typing import Any
 
 from aiohttp import web
 
+from kubemesh.kubelet.containerlogs import LogOptions
+from kubemesh.kubelet.lifecycle import LogUnavailable
 from kubemesh.kubelet.nodes import EmulatedNode
-from kubemesh.services.machinery.clock import Clock
+from kubemesh.services.machinery.clock import Clock, parse_time
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -127,8 +138,43 @@ def routes(nodes: Mapping[str, EmulatedNode], *, clock: Clock) -> list[web.Route
     def zombie(node: EmulatedNode, body: dict[str, Any]) -> dict[str, int]:
         return {"killed": node.set_zombie(bool(body.get("enabled", True)))}
 
+    async def container_log(request: web.Request) -> web.StreamResponse:
+        node = node_of(request)
+        info = request.match_info
+        if not node.powered:
+            raise web.HTTPInternalServerError(text=f'node "{node.name}" is powered off')
+        try:
+            run, alive = node.pods.container_log(f"{info['namespace']}/{info['pod']}", info["container"],
+                                                 previous=_flag(request.query.get("previous")))
+        except KeyError:
+            raise web.HTTPNotFound(text=f'pod "{info["pod"]}" does not exist') from None
+        except LogUnavailable as exc:
+            raise web.HTTPBadRequest(text=str(exc)) from None
+        opts = _log_options(request, now=clock.now())
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
+        await resp.prepare(request)
+
+        def wanted() -> bool:
+            # The run is still this node's and the client is still there: aiohttp does not
+            # cancel a handler whose client left, and a quiet follow stream writes nothing
+            # that would fail, so the stream looks at its connection between polls.
+            transport = request.transport
+            return alive() and transport is not None and not transport.is_closing()
+
+        node.pods.log_streams += 1
+        try:
+            async for chunk in run.follow(clock=clock, opts=opts, alive=wanted):
+                await resp.write(chunk)
+            await resp.write_eof()
+        except ConnectionResetError:
+            pass  # the client left
+        finally:
+            node.pods.log_streams -= 1
+        return resp
+
     return [
         web.get("/nodes", list_nodes),
+        web.get("/nodes/{node}/containerLogs/{namespace}/{pod}/{container}", container_log),
         web.get("/nodes/{node}", get_node),
         web.post("/nodes/{node}/power-off", op(lambda n, b: n.power_off())),
         web.post("/nodes/{node}/power-on", op(lambda n, b: n.power_on())),
@@ -142,3 +188,32 @@ def routes(nodes: Mapping[str, EmulatedNode], *, clock: Clock) -> list[web.Route
         web.post("/nodes/{node}/containers/slow", op(slow)),
         web.post("/nodes/{node}/zombie", op(zombie)),
     ]
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").lower() in ("1", "true", "t", "yes")
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+def _log_options(request: web.Request, *, now: float) -> LogOptions:
+    """The PodLogOptions of a log request (sinceSeconds counts back from the cluster time `now`)."""
+    q = request.query
+    since: float | None = None
+    seconds = _int(q.get("sinceSeconds"))
+    if seconds is not None:
+        since = now - seconds
+    elif q.get("sinceTime"):
+        try:
+            since = parse_time(q["sinceTime"])
+        except ValueError:
+            since = None
+    tail, limit = _int(q.get("tailLines")), _int(q.get("limitBytes"))
+    return LogOptions(follow=_flag(q.get("follow")), timestamps=_flag(q.get("timestamps")),
+                      tail_lines=tail if tail is not None and tail >= 0 else None, since=since,
+                      limit_bytes=limit if limit is not None and limit > 0 else None)

@@ -35,7 +35,14 @@ Annotations a test or scenario may put on a pod:
   OnFailure, a Job's pod) exit 0 after the kubelet's `default_run_seconds` (5 cluster seconds,
   `--default-run-seconds`; negative: they run until stopped), so a plain Job completes;
   `restartPolicy: Always` pods run until stopped;
-* `kubemesh.io/stop-seconds`: seconds a container takes to exit after SIGTERM.
+* `kubemesh.io/stop-seconds`: seconds a container takes to exit after SIGTERM;
+* `kubemesh.io/log` (`kubemesh.io/log.<container>` for one container) and
+  `kubemesh.io/log-interval`: what each container run prints (`kubemesh.kubelet.containerlogs`).
+
+Logs: every run of a container has its own `ContainerLog`, written at each transition (start,
+SIGTERM, exit); the machine keeps the current run's and the last terminated run's, and
+`container_log` picks one as the kubelet's log endpoint does (`--previous` is the run that
+`lastState.terminated` names).
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from kubemesh.kubelet.containerlogs import PREFIX, ContainerLog, printed_lines
 from kubemesh.kubelet.resources import Rejection, qos_class
 from kubemesh.services.machinery.clock import format_time
 from kubemesh.services.model.kinds import Obj
@@ -98,6 +106,11 @@ class Container:
     exit_code: int | None = None
     restart_count: int = 0
     last_terminated: dict[str, Any] | None = None
+    printed: list[str] = field(default_factory=list)
+    """What each run prints at start (the pod's `kubemesh.io/log` annotations)."""
+    print_interval: float = 0.0
+    runs: dict[str, ContainerLog] = field(default_factory=dict)
+    """The logs of the current run and the last terminated one, by container ID."""
 
     def terminated_record(self) -> dict[str, Any]:
         """`state.terminated` as the API shows it."""
@@ -113,6 +126,10 @@ class Container:
         if self.message:
             rec["message"] = self.message
         return {k: v for k, v in rec.items() if v is not None}
+
+
+class LogUnavailable(Exception):
+    """No log to show for a container in its state (the kubelet answers 400 with this message)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -166,6 +183,7 @@ class PodMachine:
         containers = []
         for c in spec.get("containers") or []:
             cont = Container(name=str(c.get("name", "")), image=str(c.get("image", "")))
+            cont.printed, cont.print_interval = printed_lines(pod, cont.name)
             prev = previous.get(cont.name) if rebooted else None
             if prev is not None:
                 cont.restart_count = int(prev.get("restartCount") or 0)
@@ -226,6 +244,8 @@ class PodMachine:
         for c in self.containers:
             if c.state == "running":
                 c.exit_at = None
+                if (run := c.runs.get(c.container_id)) is not None:
+                    run.write(now, f"{PREFIX}received SIGTERM")
                 if self.stop_delay <= grace:
                     c.stop_at, c.stop_code = now + self.stop_delay, 0
                 else:
@@ -317,9 +337,18 @@ class PodMachine:
         c.started_at, c.start_at, c.exit_code, c.finished_at = at, None, None, None
         c.container_id = f"containerd://{self.rng.getrandbits(256):064x}"
         c.exit_at = at + self.run_seconds if self.run_seconds is not None else None
+        kept = (c.last_terminated or {}).get("containerID")
+        c.runs = {k: v for k, v in c.runs.items() if k == kept}
+        run = c.runs[c.container_id] = ContainerLog(container_id=c.container_id)
+        short = c.container_id.rsplit("/", 1)[-1][:12]
+        run.write(at, f'{PREFIX}container "{c.name}" started (image {c.image}, id {short}, restart {c.restart_count})')
+        for i, text in enumerate(c.printed):
+            run.write(at + i * c.print_interval, text)
 
     def _finish(self, c: Container, *, now: float, code: int, reason: str,
                 message: str | None = None) -> None:
+        if c.state == "running" and (run := c.runs.get(c.container_id)) is not None:
+            run.end(now, f"{PREFIX}exited with code {code} ({reason})")
         c.state, c.exit_code, c.reason, c.message = "terminated", code, reason, message
         c.finished_at, c.start_at, c.exit_at, c.stop_at = now, None, None, None
 
@@ -383,6 +412,38 @@ class PodMachine:
             and not self.terminal
         self._set("ContainersReady", "True" if ready else "False", now)
         self._set("Ready", "True" if ready else "False", now)
+
+    # -- logs -----------------------------------------------------------------------------
+
+    def container_log(self, name: str, *, pod: str, previous: bool) -> ContainerLog:
+        """The run whose log `GET .../log` shows, chosen from the container's state as the kubelet does.
+
+        `previous`: the run `lastState.terminated` names. Otherwise the running run, else the
+        terminated one, else the last terminated one (a container waiting to restart). Raises
+        `LogUnavailable` (worded as the kubelet words it) when there is none.
+        """
+        c = next((c for c in self.containers if c.name == name), None)
+        if c is None:
+            raise LogUnavailable(f'container "{name}" in pod "{pod}" is not available')
+        last_id = str((c.last_terminated or {}).get("containerID") or "")
+        if previous:
+            if not last_id:
+                raise LogUnavailable(f'previous terminated container "{name}" in pod "{pod}" not found')
+            wanted = last_id
+        elif c.state in ("running", "terminated") and c.container_id and c.container_id in c.runs:
+            wanted = c.container_id
+        elif c.state == "terminated" and not last_id:
+            raise LogUnavailable(f'container "{name}" in pod "{pod}" is terminated')
+        elif last_id:
+            wanted = last_id
+        else:
+            raise LogUnavailable(f'container "{name}" in pod "{pod}" is waiting to start: '
+                                 f"{c.reason or 'ContainerCreating'}")
+        run = c.runs.get(wanted)
+        if run is None:  # a run from before this kubelet (re)started: its log is lost with the machine
+            run = ContainerLog(container_id=wanted)
+            run.ended = 0.0
+        return run
 
     # -- output ---------------------------------------------------------------------------
 

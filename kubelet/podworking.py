@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from kubemesh.kubelet.containerlogs import ContainerLog
 from kubemesh.kubelet.lifecycle import PodMachine
 from kubemesh.kubelet.pressure import eviction_message, pressure_rejection, rank_for_memory_eviction
 from kubemesh.kubelet.resources import Resources, admit, pod_requests
@@ -156,6 +157,8 @@ class PodWorker:
     rebooted: bool = False
     """Set on power-on: containers seen in the API status were lost with the machine."""
     writes: int = 0
+    log_streams: int = 0
+    """Log requests being answered now (a `follow` stream lasts until its run ends or its client leaves)."""
 
     def __post_init__(self) -> None:
         self.ips = IpAllocator(self.cidr)
@@ -331,6 +334,16 @@ class PodWorker:
         self.orphans.clear()
         self.rebooted = True
 
+    def container_log(self, key: str, container: str, *, previous: bool) -> tuple[ContainerLog, Callable[[], bool]]:
+        """The log `GET .../log` shows for `container` of the pod `key`, and whether that pod still runs here.
+
+        Raises KeyError when this node runs no such pod, `LogUnavailable` when the container's
+        state has no log to show (see `PodMachine.container_log`).
+        """
+        entry = self.entries[key]
+        run = entry.machine.container_log(container, pod=name_of(entry.pod), previous=previous)
+        return run, lambda: self.entries.get(key) is entry
+
     def describe(self) -> dict[str, Any]:
         """The node's pods and containers as the runtime sees them."""
         return {
@@ -339,6 +352,7 @@ class PodWorker:
                      for k, e in sorted(self.entries.items())},
             "zombies": {uid: {"pod": m.key, "running": m.running_containers}
                         for uid, m in sorted(self.orphans.items())},
+            "logStreams": self.log_streams,
             "allocatable": self.allocatable.to_quantities(),
             "used": sum_requests(self.admitted_pods()).to_quantities(),
         }

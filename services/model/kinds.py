@@ -155,6 +155,12 @@ PODS: Final = Kind(
         Subresource(name="status", kind="Pod", verbs=_STATUS),
         Subresource(name="binding", kind="Binding", verbs=("create",)),
         Subresource(name="eviction", kind="Eviction", verbs=("create",), group="policy", version="v1"),
+        # Served by kubemesh.apiserver.podstreams: the log from the pod's kubelet; exec, attach
+        # and portforward refused (emulated containers run no processes).
+        Subresource(name="log", kind="Pod", verbs=("get",)),
+        Subresource(name="exec", kind="PodExecOptions", verbs=("create", "get")),
+        Subresource(name="attach", kind="PodAttachOptions", verbs=("create", "get")),
+        Subresource(name="portforward", kind="PodPortForwardOptions", verbs=("create", "get")),
     ),
     fields={
         "spec.nodeName": _path("spec", "nodeName"),

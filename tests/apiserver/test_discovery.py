@@ -136,6 +136,11 @@ def test_core_resource_list() -> None:
         "verbs": ["create"],
     }
     assert res["pods/status"]["verbs"] == ["get", "patch", "update"]
+    assert res["pods/log"] == {"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod",
+                               "verbs": ["get"]}
+    for sub, kind in (("exec", "PodExecOptions"), ("attach", "PodAttachOptions"),
+                      ("portforward", "PodPortForwardOptions")):
+        assert res[f"pods/{sub}"]["kind"] == kind and res[f"pods/{sub}"]["verbs"] == ["create", "get"]
     assert "group" not in res["pods/status"]
     assert res["nodes"]["namespaced"] is False
     assert res["nodes"]["shortNames"] == ["no"]
