@@ -20,7 +20,9 @@ the write's response can reuse the bytes its watch event was encoded into
 
 from __future__ import annotations
 
+import functools
 import random
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +47,7 @@ from kubemesh.apiserver.serving import Targets
 from kubemesh.apiserver.settings import ServerSettings
 from kubemesh.apiserver.storage import Backend, EventType, LogBackend, MemoryBackend, Store
 from kubemesh.apiserver.watching import Item, Watcher, WatchHub
+from kubemesh.apiserver.webhooks import Webhooks
 from kubemesh.services.machinery.clock import ClusterClock
 from kubemesh.services.model.kinds import Kind, KindTable, Obj, key_of
 from kubemesh.services.process.metrics import RequestStats
@@ -106,6 +109,8 @@ class ApiserverCore:
     registry: Registry
     components: ComponentRegistry
     metrics: Metrics
+    webhooks: Webhooks
+    """Admission webhooks: the write path calls them, chaos faults them (`kubemesh.apiserver.webhooks`)."""
     interceptors: list[Interceptor] = field(default_factory=list)
     """Request interceptors, outermost first (chaos adds its own)."""
 
@@ -159,7 +164,9 @@ def assemble(settings: ServerSettings) -> ApiserverCore:
         install_cluster_dns(registry=registry, service_cidr=settings.service_cluster_ip_range)
     return ApiserverCore(settings=settings, clock=clock, kinds=kinds, targets=Targets(kinds), discovery=discovery,
                          openapi=OpenApi(discovery), store=store, hub=hub, history=history, registry=registry,
-                         components=components, metrics=Metrics.create())
+                         components=components, metrics=Metrics.create(),
+                         webhooks=Webhooks(store=store, kinds=kinds, sleep=clock.sleep, wall=time.monotonic,
+                                           record=functools.partial(history.append, "webhook")))
 
 
 def _write_recorder(history: History) -> Callable[[Kind, EventType, Obj, Obj | None, int], None]:

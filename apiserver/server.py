@@ -35,7 +35,6 @@ from kubemesh.apiserver.history import WRITER
 from kubemesh.apiserver.podstreams import PodStreams
 from kubemesh.apiserver.serving import MAX_BODY, RESOURCE, RESPONSE_RV, VERB, Api, identity, render, render_status
 from kubemesh.apiserver.settings import ServerSettings
-from kubemesh.apiserver.webhooks import Webhooks
 from kubemesh.services.machinery.certs import server_context
 from kubemesh.services.machinery.clock import component_rng
 from kubemesh.services.process.gctuning import SurvivorFreezer
@@ -55,7 +54,7 @@ def build_app(core: ApiserverCore) -> web.Application:
     """
     settings = core.settings
     history, hub, store = core.history, core.hub, core.store
-    webhooks = Webhooks(store=store, kinds=core.kinds)
+    webhooks = core.webhooks
     api = Api(registry=core.registry, hub=hub, targets=core.targets, discovery=core.discovery, openapi=core.openapi,
               admitting=Admitting(registry=core.registry, webhooks=webhooks))
     pod_streams = PodStreams(registry=core.registry, kubelet_of=core.components.kubelet_of, token=settings.token)

@@ -30,8 +30,17 @@ apply is a failure: under `failurePolicy: Fail` (the default) the request is ref
 as if the webhook had allowed it. A dry run is refused (400) by a webhook whose `sideEffects`
 is neither None nor NoneOnDryRun, as upstream.
 
+**Faults and the record.** The chaos front door's webhook faults (`webhook.latency`,
+`webhook.error`, `webhook.unreachable`; `kubemesh.apiserver.chaos.webhookfaults`) act on the
+calls through `faults`: a latency is spent inside the call's deadline (so it times a call out
+exactly as a slow webhook would), an error is the webhook answering HTTP 500, unreachable is a
+refused connection; `failurePolicy` then decides, as for a real failure. Every call is recorded
+through `record` (the apiserver's history: type `webhook`, with the configuration, webhook,
+operation, resource, key, wall-clock latency and outcome: allowed, denied, patched, failed or
+ignored).
+
 Not yet: `reinvocationPolicy: IfNeeded`, `matchConditions` (CEL), `admissionReviewVersions`
-other than v1, and webhook faults through the chaos front door.
+other than v1, and webhooks on the scale, eviction and binding subresources.
 """
 
 from __future__ import annotations
@@ -41,9 +50,9 @@ import base64
 import binascii
 import ssl
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal, Protocol
 
 import aiohttp
 import orjson
@@ -87,6 +96,33 @@ class Attributes:
     options: Obj = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallFault:
+    """What a chaos fault does to one webhook call."""
+
+    effect: Literal["latency", "error", "unreachable"]
+    delay: float = 0.0
+    """For latency: cluster seconds spent before the call (inside its deadline)."""
+    code: int = 500
+    """For error: the HTTP status the webhook answers."""
+
+
+class CallFaults(Protocol):
+    """The chaos engine's webhook faults, as the dispatcher asks them."""
+
+    def for_call(self, *, configuration: str, webhook: str, attrs: Attributes) -> list[CallFault]:
+        """The effects of the active faults that hit this call (each fault's probability drawn once)."""
+        ...
+
+
+class CallRecorder(Protocol):
+    """Where every webhook call is recorded (the apiserver's history)."""
+
+    def __call__(self, **fields: Any) -> object:
+        """Record one call."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """A mutating pass's result: the object as patched, and the webhooks' warnings."""
@@ -98,9 +134,17 @@ class Verdict:
 class Webhooks:
     """Finds the webhooks that match a request and calls them (see the module docstring)."""
 
-    def __init__(self, *, store: Store, kinds: KindTable) -> None:
+    def __init__(self, *, store: Store, kinds: KindTable, sleep: Callable[[float], Awaitable[None]],
+                 wall: Callable[[], float], record: CallRecorder | None = None) -> None:
         self.store = store
         self.kinds = kinds
+        self.sleep = sleep
+        """Sleeps cluster seconds (an injected latency)."""
+        self.wall = wall
+        """Monotonic wall seconds (a call's latency in the record)."""
+        self.record = record
+        self.faults: CallFaults | None = None
+        """Set by the chaos front door when it is installed."""
         self._session: aiohttp.ClientSession | None = None
         self._contexts: dict[str, ssl.SSLContext] = {}
 
@@ -180,21 +224,36 @@ class Webhooks:
         name = str(hook.get("name") or config_name)
         if attrs.dry_run and hook.get("sideEffects") not in ("None", "NoneOnDryRun"):
             raise errors.bad_request(f'admission webhook "{name}" does not support dry run')
+        started = self.wall()
         try:
-            response = await self._post(name, hook, attrs)
+            response = await self._post(config_name, name, hook, attrs)
         except _CallFailed as exc:
-            if (hook.get("failurePolicy") or "Fail") == "Ignore":
+            ignored = (hook.get("failurePolicy") or "Fail") == "Ignore"
+            self._record(config_name, name, attrs, started, "ignored" if ignored else "failed", error=str(exc))
+            if ignored:
                 _log.warning("webhook call failed; ignored (failurePolicy: Ignore)", webhook=name, error=str(exc))
                 return None
             raise errors.internal(f'failed calling webhook "{name}": {exc}') from None
         if not response.get("allowed"):
+            self._record(config_name, name, attrs, started, "denied")
             raise _denied(attrs, name, response.get("status"))
+        self._record(config_name, name, attrs, started, "patched" if response.get("patch") else "allowed")
         return response
 
-    async def _post(self, name: str, hook: Obj, attrs: Attributes) -> Obj:
+    def _record(self, configuration: str, webhook: str, attrs: Attributes, started: float, outcome: str,
+                **extra: Any) -> None:
+        if self.record is None:
+            return
+        key = f"{attrs.namespace}/{attrs.name}" if attrs.kind.namespaced and attrs.namespace else attrs.name
+        resource = f"{attrs.kind.plural}/{attrs.subresource}" if attrs.subresource else attrs.kind.plural
+        self.record(configuration=configuration, webhook=webhook, operation=attrs.operation, resource=resource,
+                    key=key, latency=round(self.wall() - started, 6), outcome=outcome, **extra)
+
+    async def _post(self, config_name: str, name: str, hook: Obj, attrs: Attributes) -> Obj:
         timeout = hook.get("timeoutSeconds") or DEFAULT_TIMEOUT
         client = hook.get("clientConfig") or {}
         url, server_name = _target(client, timeout)
+        faults = self.faults.for_call(configuration=config_name, webhook=name, attrs=attrs) if self.faults else []
         uid = str(uuid.uuid4())
         review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": _request(uid, attrs)}
         try:
@@ -204,6 +263,15 @@ class Webhooks:
         session = self._session_now()
         try:
             async with asyncio.timeout(float(timeout)):
+                for fault in faults:  # chaos: what a slow, broken or unreachable webhook would do
+                    if fault.effect == "latency":
+                        await self.sleep(fault.delay)
+                    elif fault.effect == "unreachable":
+                        raise _CallFailed(f'failed to call webhook: Post "{url}": dial tcp: connect: '
+                                          "connection refused")
+                    else:
+                        raise _CallFailed(f"failed to call webhook: the server responded with the status code "
+                                          f"{fault.code} but did not return more information")
                 async with session.post(url, data=orjson.dumps(review), ssl=ssl_context,
                                         server_hostname=server_name, allow_redirects=False,
                                         headers={"Content-Type": "application/json",

@@ -9,6 +9,8 @@
 * a tap on every new watcher (`watch`: hold, drop, delay, duplicate, reorder, close, 410);
 * two store publishers, after the hub's and the history's: the stale-read samples and the
   write triggers (`triggers`), whose delivery side the watch taps feed;
+* the webhook faults, which the admission webhook dispatcher asks before each call
+  (`webhookfaults`);
 * a background task on the app that runs the cluster-clock timers (TTLs, trigger delays,
   event delays) and heals what is still in effect when the apiserver stops.
 
@@ -25,6 +27,7 @@ from aiohttp import web
 
 from kubemesh.apiserver.chaos.engine import ChaosEngine
 from kubemesh.apiserver.chaos.routes import ChaosRoutes
+from kubemesh.apiserver.chaos.webhookfaults import WebhookFaults
 from kubemesh.apiserver.core import ApiserverCore
 from kubemesh.services.machinery.clock import Clock
 
@@ -50,6 +53,7 @@ def install(app: web.Application, core: ApiserverCore, *, rng: random.Random, to
     core.hub.on_watcher.append(engine.watch.attach)
     core.store.subscribe(engine.requests.sample_write)  # publisher 3: after the hub and the history
     core.store.subscribe(engine.triggers.on_write)  # publisher 4
+    core.webhooks.faults = WebhookFaults(engine)  # webhook.latency, webhook.error, webhook.unreachable
     app.add_routes(ChaosRoutes(engine).routes())
     app.cleanup_ctx.append(engine.background)
     return engine

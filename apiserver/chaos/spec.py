@@ -38,7 +38,7 @@ from typing import Any, Final, Literal
 
 from kubemesh.services.model.kinds import KINDS
 
-Category = Literal["request", "watch", "reads", "node", "component", "clock"]
+Category = Literal["request", "watch", "reads", "node", "component", "clock", "webhook"]
 
 TYPES: Final[dict[str, Category]] = {
     "request.latency": "request",
@@ -69,6 +69,9 @@ TYPES: Final[dict[str, Category]] = {
     "component.dropHandler": "component",
     "clock.skew": "clock",
     "clock.jump": "clock",
+    "webhook.latency": "webhook",
+    "webhook.error": "webhook",
+    "webhook.unreachable": "webhook",
 }
 """Every fault type and where it is enforced."""
 
@@ -87,7 +90,9 @@ TRIGGER_POINTS: Final = frozenset({"delivered", "written"})
 RESOURCES: Final = frozenset(k.plural for k in KINDS)
 """The plurals of the built-in kinds (an apiserver serving custom resources passes more to `parse`)."""
 _NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
-_MATCH_TYPES: Final = frozenset({"request", "watch", "reads"})
+_MATCH_TYPES: Final = frozenset({"request", "watch", "reads", "webhook"})
+WEBHOOK_OPERATIONS: Final = {"create": "CREATE", "update": "UPDATE", "patch": "UPDATE", "delete": "DELETE"}
+"""A webhook fault's `match.verbs` as the admission operations they name."""
 
 
 class SpecError(ValueError):
@@ -197,6 +202,10 @@ class Target:
     nodes: tuple[str, ...] = ()
     mode: str = "all"
     value: float | None = None
+    webhook_configuration: str | None = None
+    """For webhook faults: the Mutating/ValidatingWebhookConfiguration's name, `*` = any."""
+    webhook: str | None = None
+    """For webhook faults: one webhook of the configuration (None: all of them)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The normalized JSON form."""
@@ -209,10 +218,16 @@ class Target:
             out["node"] = list(self.nodes)
         if self.value is not None:
             out["value"] = self.value
+        if self.webhook_configuration is not None:
+            out["webhookConfiguration"] = self.webhook_configuration
+        if self.webhook is not None:
+            out["webhook"] = self.webhook
         return out
 
     def describe(self) -> str:
         """A short name for default fault names."""
+        if self.webhook_configuration is not None:
+            return (self.webhook or self.webhook_configuration).replace("*", "any")
         if self.nodes:
             return self.nodes[0]
         if self.instances:
@@ -414,8 +429,14 @@ def parse_target(raw: Any, causes: _Causes, *, category: Category) -> Target:
         causes.add("target", "required: an object with component, instance and/or node")
         return Target()
     for k in raw:
-        if k not in ("component", "instance", "instances", "node", "nodes", "mode", "value"):
-            causes.add(f"target.{k}", "unknown field; known: component, instance, node, mode, value")
+        if k not in ("component", "instance", "instances", "node", "nodes", "mode", "value", "webhookConfiguration",
+                     "webhook"):
+            causes.add(f"target.{k}", "unknown field; known: component, instance, node, mode, value, "
+                                      "webhookConfiguration, webhook")
+    if category == "webhook":
+        return _webhook_target(raw, causes)
+    if "webhookConfiguration" in raw or "webhook" in raw:
+        causes.add("target.webhookConfiguration", "only webhook faults target webhook configurations")
     component = raw.get("component")
     if component is not None and (not isinstance(component, str) or not component):
         causes.add("target.component", "must be a non-empty string")
@@ -456,6 +477,23 @@ def parse_target(raw: Any, causes: _Causes, *, category: Category) -> Target:
     return Target(component=component if component is not None or not nodes else "kubelet",
                   instances=instances, nodes=nodes, mode=str(mode),
                   value=float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None)
+
+
+def _webhook_target(raw: dict[str, Any], causes: _Causes) -> Target:
+    """A webhook fault's target: a configuration (`*` for all) and optionally one webhook of it."""
+    for k in ("component", "instance", "instances", "node", "nodes", "value"):
+        if k in raw:
+            causes.add(f"target.{k}", "webhook faults target webhook configurations: use target.webhookConfiguration")
+    if raw.get("mode", "all") != "all":
+        causes.add("target.mode", "webhook faults hit every call they match (use probability for a share)")
+    config, hook = raw.get("webhookConfiguration"), raw.get("webhook")
+    if not isinstance(config, str) or not config:
+        causes.add("target.webhookConfiguration", "required: a webhook configuration's name, or '*' for all")
+        config = None
+    if hook is not None and (not isinstance(hook, str) or not hook):
+        causes.add("target.webhook", "must be a webhook's name")
+        hook = None
+    return Target(webhook_configuration=config, webhook=hook)
 
 
 def parse_trigger(raw: Any, fld: str, causes: _Causes) -> Trigger | None:
@@ -627,6 +665,15 @@ def _params(type_: str, raw: Any, causes: _Causes, match: Selector) -> dict[str,
         integer("after", 0)
         integer("exitCode", 1)
         flag("restart", False)
+    elif type_ == "webhook.latency":
+        num("delay", required=True, strict=True)
+    elif type_ == "webhook.error":
+        allowed.add("code")
+        code = raw.get("code", 500)
+        if isinstance(code, bool) or not isinstance(code, int) or not 400 <= code <= 599:
+            causes.add("params.code", "must be an HTTP error status (400-599)")
+            code = 500
+        p["code"] = code
     elif type_ == "clock.skew":
         allowed.add("seconds")
         p["seconds"] = _number(raw.get("seconds"), "params.seconds", causes, minimum=-1e12, required=True)
@@ -667,8 +714,13 @@ def parse(raw: Any, *, resources: Collection[str] = RESOURCES) -> FaultSpec:
     target = parse_target(raw.get("target"), causes, category=category)
     handler_drop = type_ == "component.dropHandler"
     match = parse_selector(raw.get("match"), "match", causes, watch=category == "watch" or handler_drop,
-                           request=category == "request")
-    if category in ("request", "reads") and match.fields:
+                           request=category in ("request", "webhook"))
+    if category == "webhook":
+        bad_verbs = [v for v in match.verbs if v not in WEBHOOK_OPERATIONS]
+        if bad_verbs:
+            causes.add("match.verbs", f"webhooks are called on create, update, patch and delete, not "
+                                      f"{', '.join(bad_verbs)}")
+    if category in ("request", "reads", "webhook") and match.fields:
         causes.add("match.fields", "field conditions apply to watch events (and triggers), not to requests")
     if handler_drop:
         if not match.resources:

@@ -45,6 +45,8 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     add.add_argument("--component")
     add.add_argument("--instance", action="append", default=[])
     add.add_argument("--node", action="append", default=[])
+    add.add_argument("--webhook-configuration", help="webhook faults: the configuration's name ('*' = any)")
+    add.add_argument("--webhook", help="webhook faults: one webhook of the configuration")
     add.add_argument("--mode", choices=("all", "one", "fixed", "percent"))
     add.add_argument("--value", type=float)
     add.add_argument("--verb", action="append", default=[])
@@ -120,6 +122,10 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         target["instance"] = args.instance
     if args.node:
         target["node"] = args.node
+    if args.webhook_configuration:
+        target["webhookConfiguration"] = args.webhook_configuration
+    if args.webhook:
+        target["webhook"] = args.webhook
     if args.mode:
         target["mode"] = args.mode
     if args.value is not None:
@@ -170,7 +176,8 @@ def _table(faults: list[dict[str, Any]]) -> None:
     for f in faults:
         st = f.get("status") or {}
         t = f.get("target") or {}
-        target = ",".join(t.get("node") or t.get("instance") or [t.get("component", "")])
+        target = ",".join(t.get("node") or t.get("instance") or [t.get("component") or t.get("webhook")
+                                                                  or t.get("webhookConfiguration", "")])
         ends = "-" if st.get("endsAt") is None else f"{st['endsAt']:.0f}"
         rows.append([f["name"], f["type"], target, st.get("phase", ""), str(st.get("injected", 0)),
                      str(st.get("recovered", 0)), ends, (st.get("lastError") or "")[:60]])

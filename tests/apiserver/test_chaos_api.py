@@ -309,6 +309,11 @@ def test_cli_builds_specs_and_triggers() -> None:
                               "--verb", "list", "--forever"])
     assert build_spec(args) == {"type": "request.error", "target": {"component": "scheduler"},
                                 "match": {"verbs": ["list"]}, "params": {"code": 503}, "duration": None}
+    args = parser.parse_args(["chaos", "add", "webhook.latency", "--webhook-configuration", "policy", "--webhook",
+                              "strict.example.com", "--param", "delay=3", "--verb", "create", "--duration", "60"])
+    assert build_spec(args) == {"type": "webhook.latency",
+                                "target": {"webhookConfiguration": "policy", "webhook": "strict.example.com"},
+                                "match": {"verbs": ["create"]}, "params": {"delay": 3}, "duration": 60.0}
 
 
 async def test_a_fault_for_a_client_not_yet_connected_waits_for_it_then_takes_effect() -> None:

@@ -241,3 +241,56 @@ async def test_kubectl_shows_the_denial(apiserver: ApiServer, rest: Rest, hooks:
                                   input=json.dumps(configmap("bad", deny="yes")))
     assert res.returncode == 1
     assert ('admission webhook "deny.example.com" denied the request: no deny label allowed' in res.stderr), res.stderr
+
+
+# ------------------------------------------------------------------------- webhook faults (chaos)
+
+
+async def fault(rest: Rest, spec: Json) -> str:
+    created = await rest.ok("POST", "/chaos/v1/faults", spec)
+    return str(created["name"])
+
+
+async def test_webhook_faults_take_effect_under_each_policy_and_heal(rest: Rest, hooks: HookServer) -> None:
+    await configure(rest, VALIDATING, "policy",
+                    hooks.config("/validate", name="strict.example.com", timeoutSeconds=1,
+                                 objectSelector={"matchLabels": {"policy": "fail"}}),
+                    hooks.config("/validate", name="lenient.example.com", timeoutSeconds=1, failurePolicy="Ignore",
+                                 objectSelector={"matchLabels": {"policy": "ignore"}}))
+    cases = [({"type": "webhook.unreachable"}, "connection refused"),
+             ({"type": "webhook.error", "params": {"code": 503}}, "status code 503"),
+             ({"type": "webhook.latency", "params": {"delay": 3}}, "context deadline exceeded")]
+    for i, (spec, expected) in enumerate(cases):
+        name = await fault(rest, {**spec, "target": {"webhookConfiguration": "policy"},
+                                  "match": {"verbs": ["create"], "resources": ["configmaps"]}, "duration": None})
+        status, doc = await rest.call("POST", CMS, configmap(f"strict-{i}", policy="fail"))
+        assert (status, doc["reason"]) == (500, "InternalError"), doc
+        assert doc["message"].startswith('Internal error occurred: failed calling webhook "strict.example.com"')
+        assert expected in doc["message"], doc["message"]
+        assert await rest.status_of("POST", CMS, configmap(f"lenient-{i}", policy="ignore")) == 201
+        got = await rest.ok("GET", f"/chaos/v1/faults/{name}")
+        assert got["status"]["injected"] == 2
+        await rest.ok("DELETE", f"/chaos/v1/faults/{name}")  # healed: the same write goes through
+        assert await rest.status_of("POST", CMS, configmap(f"strict-{i}", policy="fail")) == 201
+    # One webhook of a configuration, and a match that does not hold (deletes are not faulted).
+    await fault(rest, {"type": "webhook.unreachable", "duration": None, "match": {"verbs": ["create"]},
+                       "target": {"webhookConfiguration": "policy", "webhook": "lenient.example.com"}})
+    assert await rest.status_of("POST", CMS, configmap("still-strict", policy="fail")) == 201
+    assert await rest.status_of("DELETE", f"{CMS}/strict-0") == 200
+    await rest.ok("POST", "/chaos/v1/reset")
+    status, bad = await rest.call("POST", "/chaos/v1/faults", {"type": "webhook.latency", "duration": 5,
+                                                              "target": {"component": "scheduler"}})
+    assert status == 422 and "target.webhookConfiguration" in str(bad)
+
+
+async def test_the_history_records_every_webhook_call(apiserver: ApiServer, rest: Rest, hooks: HookServer) -> None:
+    await configure(rest, VALIDATING, "policy", hooks.config("/validate", name="deny.example.com"))
+    await rest.ok("POST", CMS, configmap("ok"))
+    await rest.call("POST", CMS, configmap("no", deny="1"))
+    async with rest.session.get(f"{apiserver.url}/kubemesh/v1/history", params={"type": "webhook"},
+                                headers=rest.headers) as resp:
+        records = [orjson.loads(line) for line in (await resp.read()).splitlines() if line.strip()]
+    outcomes = [(r["webhook"], r["operation"], r["key"], r["outcome"]) for r in records]
+    assert outcomes == [("deny.example.com", "CREATE", "default/ok", "allowed"),
+                        ("deny.example.com", "CREATE", "default/no", "denied")]
+    assert all(r["configuration"] == "policy" and r["latency"] >= 0 for r in records)
