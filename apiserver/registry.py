@@ -29,6 +29,7 @@ from typing import Any, Final, Protocol
 from kubemesh.apiserver import admission, conversion, errors, fieldmanager
 from kubemesh.apiserver.customresources import objects as customobjects
 from kubemesh.apiserver.customresources.definitions import CLEANUP_FINALIZER
+from kubemesh.apiserver.fielderrors import go_quote
 from kubemesh.apiserver.paging import key_of
 from kubemesh.apiserver.patching import (
     PatchError,
@@ -718,10 +719,10 @@ class Registry:
         if not unknown or mode == "Ignore":
             return obj
         if mode == "Strict":
-            text = ", ".join(f'unknown field "{f}"' for f in unknown)
+            text = ", ".join(f"unknown field {go_quote(f)}" for f in unknown)
             raise errors.bad_request(f"strict decoding error: {text}")
         if warnings is not None:
-            warnings.extend(f'unknown field "{f}"' for f in unknown)
+            warnings.extend(f"unknown field {go_quote(f)}" for f in unknown)
         return obj
 
     def _priority_class(self, name: str) -> Obj | None:

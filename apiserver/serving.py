@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -57,6 +58,8 @@ VERB: Final = web.RequestKey("kubemesh_verb", str)
 """The request's Kubernetes verb, once the resource handler has worked it out (the history reads it)."""
 RESOURCE: Final = web.RequestKey("kubemesh_resource", str)
 """The resource (plural) a request on a resource path names, once resolved (the metrics read it)."""
+LOSE_RESPONSE: Final = web.RequestKey("kubemesh_lose_response", str)
+"""Set by the chaos fault `request.commitThenFail` with `lose: true` (its name): sending the answer fails."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +111,39 @@ def _response(body: bytes, enc: Encoding, *, status: int, warnings: list[str] | 
     resp = web.Response(body=body, status=status, content_type=codec.content_type(enc))
     if warnings:
         for w in warnings[:20]:
-            # RFC 7234's quoted-string, as upstream writes it: client-go unquotes the text.
-            quoted = w.replace("\\", "\\\\").replace('"', '\\"')
-            resp.headers.add("Warning", f'299 - "{quoted}"')
+            resp.headers.add("Warning", warning_header(w))
     return resp
+
+
+def warning_header(text: str) -> str:
+    r"""A `Warning: 299 - "<text>"` value that any HTTP stack sends, whatever the text carries.
+
+    Warnings echo request data (an unknown field's name), and a header value with a control
+    character is refused by aiohttp when the response is written, after the store has
+    committed: the client would see a dropped connection for a write that happened. Control
+    characters and unpaired surrogates are written as Go's `%q` writes them (`\n`, `\x01`,
+    `\ud800` as U+FFFD), then the text is quoted as RFC 7234's quoted-string, as upstream
+    (`net.NewWarningHeader`) does; client-go unquotes it.
+    """
+    if not _SAFE_TEXT.fullmatch(text):
+        text = _UNSAFE_CHAR.sub(_escape_char, text)
+    quoted = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'299 - "{quoted}"'
+
+
+_SAFE_TEXT: Final = re.compile(r"[^\x00-\x1f\x7f-\x9f\ud800-\udfff]*")
+_UNSAFE_CHAR: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_GO_ESCAPES: Final = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    c = match.group()
+    if c in _GO_ESCAPES:
+        return _GO_ESCAPES[c]
+    code = ord(c)
+    if code >= 0xD800:
+        return "\ufffd"
+    return f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}"
 
 
 def render_status(request: web.Request, exc: errors.StatusError) -> web.Response:
@@ -135,19 +167,29 @@ async def read_body(request: web.Request) -> tuple[Any, str]:
 async def read_raw(request: web.Request) -> tuple[bytes, str]:
     """The request body's bytes (at most MAX_BODY, else 413) and its media type."""
     payload = request.content
-    if payload.is_eof():
-        # The whole body has arrived (a small body always has, by the time the handler runs):
-        # take it as it is buffered, without `read()`'s loop of awaits and its copies.
-        raw = payload.read_nowait()
-    else:
-        try:
+    try:
+        if payload.is_eof() and payload.exception() is None:
+            # The whole body has arrived (a small body always has, by the time the handler runs):
+            # take it as it is buffered, without `read()`'s loop of awaits and its copies.
+            raw = payload.read_nowait()
+        else:
             raw = await request.read()
-        except web.HTTPRequestEntityTooLarge as exc:
-            raise errors.too_large(MAX_BODY) from exc
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise errors.too_large(MAX_BODY) from exc
+    except web.RequestPayloadError as exc:
+        # A Content-Encoding (gzip, deflate, br) the bytes do not match, or a body cut short.
+        raise errors.bad_request(f"the request body could not be read: {_cause_text(exc)}") from exc
     media = (request.headers.get("Content-Type") or codec.JSON).split(";", 1)[0].strip().lower()
     if len(raw) > MAX_BODY:
         raise errors.too_large(MAX_BODY)
     return raw, media
+
+
+def _cause_text(exc: BaseException) -> str:
+    """What went wrong reading a body, as one printable line (the message echoes no request bytes)."""
+    cause = exc.__cause__ or exc
+    text = str(getattr(cause, "message", "") or cause).strip()  # aiohttp's HttpProcessingError: its message
+    return text.splitlines()[0][:200] if text else type(cause).__name__
 
 
 def decode_body(request: web.Request, raw: bytes, media: str) -> Any:
