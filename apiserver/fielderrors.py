@@ -9,6 +9,7 @@ Status message (`Kind "name" is invalid: [field: message, ...]`).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 Cause = dict[str, str]
@@ -33,6 +34,11 @@ def required(field: str, detail: str = "") -> Cause:
 def invalid(field: str, value: Any, detail: str) -> Cause:
     """`Invalid value: <value>: <detail>`."""
     return {"reason": "FieldValueInvalid", "message": f"Invalid value: {show(value)}: {detail}", "field": field}
+
+
+def invalid_text(field: str, value: str, detail: str) -> Cause:
+    """`Invalid value: "<value>": <detail>` with the string value as Go's `%q` prints it."""
+    return {"reason": "FieldValueInvalid", "message": f"Invalid value: {go_quote(value)}: {detail}", "field": field}
 
 
 def type_invalid(field: str, value: Any, expected: str) -> Cause:
@@ -89,3 +95,8 @@ def go_quote(text: str) -> str:
             out.append(f"\\u{ord(c):04x}")
     out.append('"')
     return "".join(out)
+
+
+def go_strings(values: Sequence[str]) -> str:
+    """A `[]string` as Go's `%#v` prints it (`[]string{"a", "b"}`): how v1.30 shows a list's bad value."""
+    return "[]string{" + ", ".join(go_quote(v) for v in values) + "}"

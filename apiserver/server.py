@@ -122,7 +122,10 @@ def build_app(core: ApiserverCore) -> web.Application:
                        latency=round(elapsed, 6))
         return resp
 
-    app = web.Application(middlewares=[guard], client_max_size=MAX_BODY + 1024)
+    # The body's Content-Encoding is undone by `serving.read_raw`, not by aiohttp's parser, which
+    # would refuse a body that does not match it with a plain-text 400 (no Status) before any handler.
+    app = web.Application(middlewares=[guard], client_max_size=MAX_BODY + 1024,
+                          handler_args={"auto_decompress": False})
     app.add_routes(api.routes())
 
     async def health(request: web.Request) -> web.Response:
