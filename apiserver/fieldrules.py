@@ -110,32 +110,43 @@ def quantity_error(kind: Kind, obj: Obj) -> errors.StatusError | None:
     return None
 
 
+@cache
+def _plan(type_name: str) -> tuple[tuple[str, str, str], ...]:
+    """The fields of a model type the quantity walk looks at: (field, how, model type below).
+
+    `how` is `map` or `one` (a quantity field), or `[`, `{` or `.` (a list, map or object of
+    a type from which a quantity can be reached); every other field is skipped unread.
+    """
+    reach = _reaching()
+    quantity = QUANTITY_FIELDS.get(type_name, {})
+    steps: list[tuple[str, str, str]] = [(key, shape, "") for key, shape in quantity.items()]
+    for key, code in (_types().get(type_name) or {}).items():
+        if key in quantity or not code or _target(code) not in reach:
+            continue
+        steps.append((key, code[0] if code[0] in "[{" else ".", _target(code)))
+    return tuple(steps)
+
+
 def _quantities(value: Mapping[str, Any], type_name: str) -> Iterator[Any]:
     """Every value in a quantity field of `value` (of model type `type_name`), at any depth."""
-    types, reach = _types(), _reaching()
     work: list[tuple[Mapping[str, Any], str]] = [(value, type_name)]
     while work:
         obj, name = work.pop()
-        fields = types.get(name) or {}
-        quantity = QUANTITY_FIELDS.get(name, {})
-        for key, sub in obj.items():
-            shape = quantity.get(key)
-            if shape == _MAP:
+        for key, how, target in _plan(name):
+            sub = obj.get(key)
+            if sub is None:
+                continue
+            if how == _MAP:
                 if isinstance(sub, dict):
                     yield from sub.values()
-                continue
-            if shape == _ONE:
-                if sub is not None:
-                    yield sub
-                continue
-            code = fields.get(key)
-            if not code or _target(code) not in reach:
-                continue
-            target = _target(code)
-            if code[0] == "[" and isinstance(sub, list):
-                work.extend((item, target) for item in sub if isinstance(item, dict))
-            elif code[0] == "{" and isinstance(sub, dict):
-                work.extend((item, target) for item in sub.values() if isinstance(item, dict))
+            elif how == _ONE:
+                yield sub
+            elif how == "[":
+                if isinstance(sub, list):
+                    work.extend((item, target) for item in sub if isinstance(item, dict))
+            elif how == "{":
+                if isinstance(sub, dict):
+                    work.extend((item, target) for item in sub.values() if isinstance(item, dict))
             elif isinstance(sub, dict):
                 work.append((sub, target))
 
