@@ -18,7 +18,7 @@ where a pod spec sits in each kind) rather than a check per field.
 * **Selector operators** in pod (anti-)affinity terms and node affinity: the operator enum
   and the values each operator needs, in every kind that carries a pod spec.
 * **generateName**: the prefix must be valid as the start of a name of the kind (a prefix
-  the server completes: a trailing `-` is fine).
+  the server completes: a trailing `-` is fine); **generation** is never negative.
 
 `causes(kind, obj)` returns the 422 causes, worded as upstream words them (v1.30).
 """
@@ -212,6 +212,10 @@ def causes(kind: Kind, obj: Obj) -> list[Cause]:
     if isinstance(meta, dict):
         _finalizers(meta, builtin=kind.custom is None and kind.group not in _GENERIC_META_GROUPS, out=out)
         out.extend(generate_name_causes(kind, meta))
+        generation = meta.get("generation")
+        if isinstance(generation, int) and not isinstance(generation, bool) and generation < 0:
+            out.append({"reason": "FieldValueInvalid", "field": "metadata.generation",
+                        "message": f"Invalid value: {generation}: must be greater than or equal to 0"})
     if kind.custom is not None:
         return out
     if kind.kind == "ConfigMap":

@@ -328,8 +328,11 @@ class Registry:
         if old is None:
             if patch_type != "apply" or subresource is not None:
                 raise errors.not_found(kind, name)
-            body = fieldmanager.apply(kind, None, patch, manager=opts.field_manager, force=opts.force,
-                                      subresource=None, now=format_time(self.clock.now()))
+            try:
+                body = fieldmanager.apply(kind, None, patch, manager=opts.field_manager, force=opts.force,
+                                          subresource=None, now=format_time(self.clock.now()))
+            except PatchError as exc:  # an apply that creates fails as one that updates does
+                raise _patch_status(exc) from exc
             md = body.setdefault("metadata", {})
             md["name"] = name
             managed = md.pop("managedFields", None)

@@ -112,6 +112,8 @@ class Answer:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     error: str = ""
+    streaming: bool = False
+    """A watch stream's answer: its status line and headers (the stream itself never ends)."""
 
 
 # ------------------------------------------------------------------------------- building requests
@@ -192,7 +194,7 @@ def _mutations(draw: Callable[..., Any], name: str) -> tuple[str, dict[str, Any]
         meta["name"] = draw(st.sampled_from(("Bad_Name", "a" * 254, "-x", "x.", "a\x00b", "ü")))
         return which, {"metadata": meta}
     if which == "generate-name":
-        return which, {"metadata": {"generateName": draw(st.sampled_from(("a\x01b-", "UP-", "_-", "a" * 300)))}}
+        return which, {"metadata": {"generateName": draw(st.sampled_from(("a\x01b-", "UP-", "_x-", "a" * 300)))}}
     if which == "label":
         meta["labels"] = {draw(st.sampled_from(("a b", "x/y/z", "", "-a"))): "v"}
         return which, {"metadata": meta}
@@ -229,8 +231,8 @@ def body_requests(draw: Callable[..., Any], schemas: dict[str, Any]) -> Request:
             obj.setdefault("apiVersion", api_version)
             obj.setdefault("kind", kind)
         meta = obj.get("metadata")
-        if verb == "PUT" and isinstance(meta, dict) and draw(st.booleans()):
-            meta["name"] = TARGET
+        if verb == "PUT" and isinstance(meta, dict) and what != "mutation:name" and draw(st.booleans()):
+            meta["name"] = TARGET  # an update of the object that exists (a mutated name stays: it must fail)
     path = collection if verb == "POST" else f"{collection}/{TARGET}"
     ctype = draw(st.sampled_from(CONTENT_TYPES)) if draw(st.integers(0, 3)) == 0 else {
         "POST": JSON, "PUT": JSON, "DELETE": JSON,
@@ -416,7 +418,8 @@ class Client:
             try:
                 writer.write(req.raw)
                 await writer.drain()
-                answer = await asyncio.wait_for(_read_response(reader, head=req.method == "HEAD"), TIMEOUT)
+                answer = await asyncio.wait_for(_read_response(reader, head=req.method == "HEAD",
+                                                                stream=_is_watch(req)), TIMEOUT)
             except (OSError, asyncio.IncompleteReadError, EOFError, ssl.SSLError) as exc:
                 await self.close()
                 if reuse and attempt == 0:
@@ -425,13 +428,19 @@ class Client:
             except TimeoutError:
                 await self.close()
                 return Answer(None, error="timeout")
-            if not req.framed or answer.headers.get("connection", "").lower() == "close":
+            if not req.framed or answer.headers.get("connection", "").lower() == "close" or answer.streaming:
                 await self.close()
             return answer
         return Answer(None, error="unreachable")
 
 
-async def _read_response(reader: asyncio.StreamReader, *, head: bool) -> Answer:
+def _is_watch(req: Request) -> bool:
+    """A request that may be answered with a watch stream (it never ends: its headers are the answer)."""
+    target = req.raw.split(b" ", 2)[1] if req.raw.count(b" ") >= 2 else b""
+    return req.method == "GET" and (b"watch=" in target or b"/watch/" in target or target.startswith(b"/watch"))
+
+
+async def _read_response(reader: asyncio.StreamReader, *, head: bool, stream: bool = False) -> Answer:
     line = await reader.readuntil(b"\r\n")
     parts = line.decode("latin-1").split(" ", 2)
     status = int(parts[1])
@@ -443,8 +452,10 @@ async def _read_response(reader: asyncio.StreamReader, *, head: bool) -> Answer:
         k, _, v = h.decode("latin-1").partition(":")
         headers[k.strip().lower()] = v.strip()
     if status == 100:
-        return await _read_response(reader, head=head)
+        return await _read_response(reader, head=head, stream=stream)
     body = b""
+    if stream and status == 200:
+        return Answer(status, headers, body, streaming=True)  # a watch: the connection is closed after it
     if head or status in (204, 304):
         return Answer(status, headers, body)
     if headers.get("transfer-encoding", "").lower() == "chunked":

@@ -489,3 +489,19 @@ async def test_yaml_with_bytes_yaml_cannot_hold_is_a_400(api: Api) -> None:
     """A NUL byte made PyYAML's reader fail before parsing began: a 500."""
     doc = await api.status("POST", PODS, b"\x00" * 64, ctype="application/yaml")
     assert (doc["code"], doc["reason"]) == (400, "BadRequest")
+
+
+async def test_an_apply_that_creates_with_a_malformed_list_is_a_400(api: Api) -> None:
+    """The fuzzer's 500: an apply of a missing object whose keyed list holds a non-object."""
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "apply-bad-list"},
+            "status": {"podIPs": [True, {"ip": "10.0.0.1"}]}}
+    doc = await api.status("PATCH", f"{PODS}/apply-bad-list", body, ctype=APPLY, params={"fieldManager": "t"})
+    assert (doc["code"], doc["reason"]) == (400, "BadRequest"), doc
+    await api.absent(f"{PODS}/apply-bad-list")
+
+
+async def test_a_negative_generation_is_a_422(api: Api) -> None:
+    doc = await api.status("POST", CMS, {**cm("neg-gen"), "metadata": {"name": "neg-gen", "generation": -5}})
+    assert doc["details"]["causes"] == [{"reason": "FieldValueInvalid", "field": "metadata.generation",
+                                         "message": "Invalid value: -5: must be greater than or equal to 0"}]
+    await api.absent(f"{CMS}/neg-gen")
