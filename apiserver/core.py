@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from kubemesh.apiserver import tables
 from kubemesh.apiserver.addons import install_cluster_dns
@@ -76,6 +76,8 @@ class Metrics:
     """`apiserver_request_total` and `apiserver_request_duration_seconds` (observed on every request)."""
     watchers: Gauge
     objects: Gauge
+    responses_lost: Counter
+    """`apiserver_responses_lost_total{verb,resource}`: writes the store committed whose answer could not be sent."""
 
     @classmethod
     def create(cls) -> Metrics:
@@ -89,6 +91,8 @@ class Metrics:
             requests=requests,
             watchers=Gauge("apiserver_registered_watchers", "Live watch streams", registry=reg),
             objects=Gauge("apiserver_storage_revision", "Current store revision", registry=reg),
+            responses_lost=Counter("apiserver_responses_lost", "Committed writes whose response could not be sent",
+                                   ["verb", "resource"], registry=reg),
         )
 
 

@@ -7,6 +7,7 @@ from the same body, so reason, code and `details.kind` (the resource plural) mat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 from kubemesh.services.model.kinds import Kind, Obj
@@ -112,6 +113,18 @@ def invalid(kind: Kind, name: str, causes: list[Obj]) -> StatusError:
     return StatusError(422, "Invalid", f'{qualified} "{name}" is invalid: {text}', details=details)
 
 
+def options_invalid(options_kind: str, causes: list[Obj]) -> StatusError:
+    """422 for a request's options (`CreateOptions`, `PatchOptions`...) as upstream words it.
+
+    `CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: ...`: the options have no
+    name, their group is meta.k8s.io.
+    """
+    parts = [f"{c.get('field', '')}: {c.get('message', '')}" for c in causes]
+    text = parts[0] if len(parts) == 1 else f"[{', '.join(parts)}]"
+    return StatusError(422, "Invalid", f'{options_kind}.meta.k8s.io "" is invalid: {text}',
+                       details={"group": "meta.k8s.io", "kind": options_kind, "causes": causes})
+
+
 def bad_request(message: str) -> StatusError:
     """400 BadRequest."""
     return StatusError(400, "BadRequest", message)
@@ -140,9 +153,10 @@ def method_not_allowed(message: str = "the server does not allow this method on 
     return StatusError(405, "MethodNotAllowed", message)
 
 
-def unsupported_media_type(media_type: str) -> StatusError:
-    """415 UnsupportedMediaType."""
-    return StatusError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format: {media_type}")
+def unsupported_media_type(accepted: Sequence[str]) -> StatusError:
+    """415 UnsupportedMediaType, listing the media types the request could have used (as upstream)."""
+    return StatusError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                                                    f"accepted media types include: {', '.join(accepted)}")
 
 
 def forbidden(kind: Kind | None, name: str, message: str) -> StatusError:
@@ -157,7 +171,7 @@ def unknown_resource() -> StatusError:
 
 def too_large(limit: int) -> StatusError:
     """413 RequestEntityTooLarge."""
-    return StatusError(413, "RequestEntityTooLarge", f"the request body exceeds the limit of {limit} bytes")
+    return StatusError(413, "RequestEntityTooLarge", f"Request entity too large: limit is {limit}")
 
 
 def internal(message: str) -> StatusError:

@@ -21,14 +21,16 @@ injected RNG, so a run with a seed repeats.
 from __future__ import annotations
 
 import copy
+import json
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from kubemesh.apiserver import admission, conversion, errors, fieldmanager
+from kubemesh.apiserver import admission, conversion, errors, fieldmanager, fieldrules
 from kubemesh.apiserver.customresources import objects as customobjects
 from kubemesh.apiserver.customresources.definitions import CLEANUP_FINALIZER
+from kubemesh.apiserver.fielderrors import go_quote, go_strings
 from kubemesh.apiserver.paging import key_of
 from kubemesh.apiserver.patching import (
     PatchError,
@@ -97,10 +99,13 @@ class DeleteOptions:
             policy = "Orphan"
         pre = body.get("preconditions") or {}
         dry = body.get("dryRun") or ([query["dryRun"]] if "dryRun" in query else [])
-        try:
-            grace_int = None if grace is None or grace == "" else int(grace)
-        except (TypeError, ValueError) as exc:
-            raise errors.bad_request(f"invalid gracePeriodSeconds: {grace!r}") from exc
+        if not isinstance(dry, list) or not all(isinstance(d, str) for d in dry):
+            raise errors.bad_request("dryRun must be a list of strings")
+        if any(d != "All" for d in dry):
+            raise errors.options_invalid("DeleteOptions", [{
+                "reason": "FieldValueNotSupported", "field": "dryRun",
+                "message": f'Unsupported value: {go_strings(dry)}: supported values: "All"'}])
+        grace_int = _grace_period(grace, from_query="gracePeriodSeconds" not in body)
         if policy is not None and policy not in ("Orphan", "Background", "Foreground"):
             raise errors.bad_request(f"invalid propagationPolicy: {policy!r}")
         if not isinstance(pre, dict):
@@ -108,6 +113,36 @@ class DeleteOptions:
         return cls(grace_period_seconds=grace_int, propagation_policy=policy,
                    uid=pre.get("uid"), resource_version=pre.get("resourceVersion"),
                    dry_run=bool(dry))
+
+
+_INT64: Final = (-(2**63), 2**63 - 1)
+
+
+def _grace_period(grace: Any, *, from_query: bool) -> int | None:
+    """The `gracePeriodSeconds` option as a Go int64 (a 400 in upstream's words when it is not one)."""
+    if grace is None or grace == "":
+        return None
+    if from_query:
+        text = str(grace)
+        try:
+            value = int(text, 10) if text.strip() == text else None
+        except ValueError:
+            value = None
+        if value is None:
+            raise errors.bad_request(f'strconv.ParseInt: parsing "{text}": invalid syntax')
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise errors.bad_request(f'strconv.ParseInt: parsing "{text}": value out of range')
+        return value
+    if isinstance(grace, bool) or not isinstance(grace, int) or not _INT64[0] <= grace <= _INT64[1]:
+        if isinstance(grace, bool):
+            shown = "bool"
+        elif isinstance(grace, int | float):
+            shown = f"number {json.dumps(grace)}"
+        else:
+            shown = "string" if isinstance(grace, str) else "array" if isinstance(grace, list) else "object"
+        raise errors.bad_request(f"json: cannot unmarshal {shown} into Go struct field "
+                                 "DeleteOptions.gracePeriodSeconds of type int64")
+    return grace
 
 
 class WriteHook(Protocol):
@@ -182,7 +217,9 @@ class Registry:
             raise errors.bad_request("metadata.name must be a string")
         problem = validate_name(kind, name)
         if problem:
-            raise errors.invalid(kind, name, [{"reason": "FieldValueInvalid", "field": "metadata.name",
+            # upstream checks generateName first: a bad prefix makes a bad name
+            raise errors.invalid(kind, name, [*fieldrules.generate_name_causes(kind, md),
+                                              {"reason": "FieldValueInvalid", "field": "metadata.name",
                                                "message": problem}])
         obj = self._field_validation(kind, name, obj, opts, warnings)
         md = obj["metadata"]  # a typed decode may have copied it
@@ -205,7 +242,8 @@ class Registry:
         for hook in self.hooks:
             hook.admit(kind, obj, None)
         # Shape first: admission and defaulting assume the types validation guarantees.
-        causes = validate_object(kind, obj) + _time_causes(kind, obj) + customobjects.validate(kind, obj, old=None)
+        causes = (validate_object(kind, obj) + fieldrules.causes(kind, obj) + _time_causes(kind, obj)
+                  + customobjects.validate(kind, obj, old=None))
         if causes:
             raise errors.invalid(kind, name, [dict(c) for c in causes])
         try:
@@ -250,11 +288,15 @@ class Registry:
         if storage is not None:
             return self.update(storage, namespace, name, conversion.up(kind, body), opts, subresource=subresource,
                                warnings=warnings)
-        old = self.get(kind, namespace, name)
         new = self._check_body(kind, body)
         md = new.get("metadata")
         if not isinstance(md, dict):
             raise errors.bad_request("metadata must be an object")
+        if not md.get("name"):
+            # upstream's checkName, before the object is looked up: the body must name it
+            raise errors.bad_request(f"the name of the object ({name} based on URL) was undeterminable: "
+                                     "name must be provided")
+        old = self.get(kind, namespace, name)
         if md.get("name") not in (None, name):
             raise errors.bad_request(f"the name of the object ({md.get('name')}) does not match the name on "
                                      f"the URL ({name})")
@@ -279,12 +321,19 @@ class Registry:
             if not opts.field_manager:
                 raise errors.StatusError(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: '
                                          "Required value: is required for apply patch")
+            if patch.get("apiVersion") != kind.api_version or patch.get("kind") != kind.kind:
+                # As upstream's field manager (versionCheckManager): the applied object's
+                # group, version and kind must be the served ones, present and exact.
+                raise errors.bad_request(f"invalid object type: {_gvk_text(patch)}")
         managed: list[Obj] | None = None
         if old is None:
             if patch_type != "apply" or subresource is not None:
                 raise errors.not_found(kind, name)
-            body = fieldmanager.apply(kind, None, patch, manager=opts.field_manager, force=opts.force,
-                                      subresource=None, now=format_time(self.clock.now()))
+            try:
+                body = fieldmanager.apply(kind, None, patch, manager=opts.field_manager, force=opts.force,
+                                          subresource=None, now=format_time(self.clock.now()))
+            except PatchError as exc:  # an apply that creates fails as one that updates does
+                raise _patch_status(exc) from exc
             md = body.setdefault("metadata", {})
             md["name"] = name
             managed = md.pop("managedFields", None)
@@ -312,8 +361,9 @@ class Registry:
         it was read (its resourceVersion), so no write can fall in between.
         """
         if patch_type == "apply":
-            raise errors.unsupported_media_type(f"application/apply-patch+yaml (server-side apply at "
-                                                f"{kind.api_version}; apply at {storage.api_version})")
+            raise errors.StatusError(415, "UnsupportedMediaType", "the body of the request was in an unknown "
+                                     f"format: application/apply-patch+yaml (server-side apply at {kind.api_version}; "
+                                     f"apply at {storage.api_version})")
         old = self.get(storage, namespace, name)
         patched = self._patched(kind, conversion.at_version(kind, old), patch, patch_type)
         patched["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
@@ -339,12 +389,9 @@ class Registry:
             return apply_merge_patch(old, patch)
         if patch_type == "strategic":
             if kind.custom is not None:
-                raise errors.StatusError(
-                    415, "UnsupportedMediaType",
-                    "the body of the request was in an unknown format - accepted media types include: "
-                    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
+                raise errors.unsupported_media_type(patch_media_types(kind))
             return apply_strategic_merge_patch(old, patch, kind=kind)
-        raise errors.unsupported_media_type(patch_type)
+        raise errors.unsupported_media_type(patch_media_types(kind))
 
     def _commit_update(self, kind: Kind, old: Obj, new: Obj, opts: WriteOptions,
                        *, subresource: str | None, managed: list[Obj] | None = None) -> Obj:
@@ -392,7 +439,8 @@ class Registry:
             moved = customobjects.generation_changed(kind, old, candidate) if kind.custom is not None else spec_changed
             if "generation" in old["metadata"] and moved:
                 md["generation"] = int(old["metadata"]["generation"]) + 1
-        causes = (validate_object(kind, candidate, spec_known_valid=not spec_changed) + _time_causes(kind, candidate)
+        causes = (validate_object(kind, candidate, spec_known_valid=not spec_changed)
+                  + fieldrules.causes(kind, candidate) + _time_causes(kind, candidate)
                   + customobjects.validate(kind, candidate, old=old, status_write=subresource == "status"))
         if causes:
             raise errors.invalid(kind, name, [dict(c) for c in causes])
@@ -722,18 +770,39 @@ class Registry:
             customobjects.prepare(kind, obj, field_validation=mode, warnings=warnings)
             return obj
         obj, unknown = decode_typed(kind, obj)
+        malformed = fieldrules.quantity_error(kind, obj)  # upstream's decode fails on it: a 400 before any 422
+        if malformed is not None:
+            raise malformed
         obj = quantities_as_strings(kind.api_version, kind.kind, obj)
         if not unknown or mode == "Ignore":
             return obj
         if mode == "Strict":
-            text = ", ".join(f'unknown field "{f}"' for f in unknown)
+            text = ", ".join(f"unknown field {go_quote(f)}" for f in unknown)
             raise errors.bad_request(f"strict decoding error: {text}")
         if warnings is not None:
-            warnings.extend(f'unknown field "{f}"' for f in unknown)
+            warnings.extend(f"unknown field {go_quote(f)}" for f in unknown)
         return obj
 
     def _priority_class(self, name: str) -> Obj | None:
         return self.store.get(PRIORITYCLASSES, name)
+
+
+def patch_media_types(kind: Kind) -> tuple[str, ...]:
+    """The Content-Types a PATCH of `kind` takes, in upstream's order (no strategic merge for custom resources)."""
+    if kind.custom is not None:
+        return ("application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml")
+    return ("application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json",
+            "application/apply-patch+yaml")
+
+
+def _gvk_text(body: Obj) -> str:
+    """An object's group, version and kind as Go prints a `schema.GroupVersionKind` (`apps/v1, Kind=Deployment`)."""
+    api_version, kind = body.get("apiVersion"), body.get("kind")
+    api_version = api_version if isinstance(api_version, str) else ""
+    group, _, version = api_version.rpartition("/")
+    if api_version.count("/") > 1:
+        group, version = "", ""  # not a group version: Go's parse fails and leaves both empty
+    return f"{group}/{version}, Kind={kind if isinstance(kind, str) else ''}"
 
 
 _MICRO_TIMES: Final[dict[str, tuple[tuple[str, ...], ...]]] = {

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import structlog
 from aiohttp import web
-from prometheus_client import generate_latest
+from prometheus_client import Counter, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kubemesh.apiserver import chaos, errors, history_routes
@@ -33,7 +33,17 @@ from kubemesh.apiserver.admitting import Admitting
 from kubemesh.apiserver.core import ApiserverCore, Interceptor, assemble
 from kubemesh.apiserver.history import WRITER
 from kubemesh.apiserver.podstreams import PodStreams
-from kubemesh.apiserver.serving import MAX_BODY, RESOURCE, RESPONSE_RV, VERB, Api, identity, render, render_status
+from kubemesh.apiserver.serving import (
+    LOSE_RESPONSE,
+    MAX_BODY,
+    RESOURCE,
+    RESPONSE_RV,
+    VERB,
+    Api,
+    identity,
+    render,
+    render_status,
+)
 from kubemesh.apiserver.settings import ServerSettings
 from kubemesh.services.machinery.certs import server_context
 from kubemesh.services.machinery.clock import component_rng
@@ -99,8 +109,10 @@ def build_app(core: ApiserverCore) -> web.Application:
         except Exception as exc:
             log.exception("unhandled error", path=request.path, method=request.method, client=identity(request))
             resp = render_status(request, errors.internal(type(exc).__name__))
-        elapsed = loop.time() - started
         verb = request.get(VERB)  # set once a resource path was resolved
+        if verb in _WRITE_VERBS and resp.status < 400 and not resp.prepared:
+            await _send_committed(request, resp, lost=core.metrics.responses_lost, verb=verb)
+        elapsed = loop.time() - started
         if verb is not None:
             observe(verb=verb, resource=request.get(RESOURCE, ""), code=resp.status, seconds=elapsed)
         else:
@@ -117,7 +129,10 @@ def build_app(core: ApiserverCore) -> web.Application:
                        latency=round(elapsed, 6))
         return resp
 
-    app = web.Application(middlewares=[guard], client_max_size=MAX_BODY + 1024)
+    # The body's Content-Encoding is undone by `serving.read_raw`, not by aiohttp's parser, which
+    # would refuse a body that does not match it with a plain-text 400 (no Status) before any handler.
+    app = web.Application(middlewares=[guard], client_max_size=MAX_BODY + 1024,
+                          handler_args={"auto_decompress": False})
     app.add_routes(api.routes())
 
     async def health(request: web.Request) -> web.Response:
@@ -182,6 +197,38 @@ async def _chain(request: web.Request, who: tuple[str, str], handler: Any,
             return resp
         return await engaged[i].intercept(request, who, lambda: call(i + 1))
     return await call(0)
+
+
+_WRITE_VERBS: Final = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+
+
+async def _send_committed(request: web.Request, resp: web.StreamResponse, *, lost: Counter, verb: str) -> None:
+    """Send the answer to a write the store has committed, here rather than in aiohttp.
+
+    Past this point the write is durable and visible to watchers; if its answer cannot be
+    written (a header the HTTP stack refuses, a connection gone), aiohttp would drop the
+    connection silently. Here the loss is logged and counted
+    (`apiserver_responses_lost_total`) and the connection is closed, so the client sees a
+    failure and retries; its retry finds the object (a 409 on create, the stored object on
+    a read). The response is left finished, so aiohttp does not write it a second time.
+    """
+    try:
+        fault = request.get(LOSE_RESPONSE)
+        if fault is not None:
+            raise ConnectionResetError(f"chaos: fault {fault} lost the answer to a committed write")
+        await resp.prepare(request)
+        await resp.write_eof()
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        raise
+    except BaseException as exc:  # any failure here loses an answer: none may escape unlogged
+        resource = request.get(RESOURCE, "")
+        lost.labels(verb=verb, resource=resource).inc()
+        log.warning("response lost after commit", verb=verb, resource=resource, path=request.path,
+                    rv=request.get(RESPONSE_RV), status=resp.status, error=f"{type(exc).__name__}: {exc}")
+        if request.transport is not None:
+            request.transport.abort()
+        with contextlib.suppress(Exception):
+            await resp.write_eof()  # marks it finished (nothing reaches the aborted transport)
 
 
 def _verb(request: web.Request) -> str:

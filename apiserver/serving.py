@@ -15,6 +15,8 @@ import asyncio
 import contextlib
 import json
 import math
+import re
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -24,12 +26,12 @@ import yaml
 from aiohttp import HttpVersion11, web
 from aiohttp.abc import AbstractStreamWriter
 
-from kubemesh.apiserver import conversion, discovery, errors, paging, protobuf, reviews, tables
+from kubemesh.apiserver import conversion, discovery, errors, fielderrors, paging, protobuf, reviews, tables
 from kubemesh.apiserver.admitting import Admitting
 from kubemesh.apiserver.customresources import objects as customobjects
 from kubemesh.apiserver.discovery import Discovery
 from kubemesh.apiserver.openapi import OPENAPI_V2_CONTENT_TYPE, OpenApi
-from kubemesh.apiserver.registry import DeleteOptions, Registry, WriteOptions, select
+from kubemesh.apiserver.registry import DeleteOptions, Registry, WriteOptions, patch_media_types, select
 from kubemesh.apiserver.watching import WatchHub, encode_event
 from kubemesh.services.model import codec
 from kubemesh.services.model.codec import Encoding
@@ -51,6 +53,9 @@ PATCH_TYPES: Final = {
     "application/apply-patch+yaml": "apply",
     "application/apply-patch+json": "apply",
 }
+BODY_MEDIA_TYPES: Final = ("application/json", "application/yaml", protobuf.MEDIA_TYPE, codec.MSGPACK)
+"""What a create, update or delete body may be, in upstream's order (protobuf for built-in kinds only;
+msgpack is kubemesh's own). An empty Content-Type is read as JSON (upstream: 415)."""
 _TRUE: Final = frozenset({"true", "1", "yes", "t", "y"})
 
 RESPONSE_RV: Final = web.RequestKey("kubemesh_rv", str)
@@ -59,6 +64,8 @@ VERB: Final = web.RequestKey("kubemesh_verb", str)
 """The request's Kubernetes verb, once the resource handler has worked it out (the history reads it)."""
 RESOURCE: Final = web.RequestKey("kubemesh_resource", str)
 """The resource (plural) a request on a resource path names, once resolved (the metrics read it)."""
+LOSE_RESPONSE: Final = web.RequestKey("kubemesh_lose_response", str)
+"""Set by the chaos fault `request.commitThenFail` with `lose: true` (its name): sending the answer fails."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +117,39 @@ def _response(body: bytes, enc: Encoding, *, status: int, warnings: list[str] | 
     resp = web.Response(body=body, status=status, content_type=codec.content_type(enc))
     if warnings:
         for w in warnings[:20]:
-            # RFC 7234's quoted-string, as upstream writes it: client-go unquotes the text.
-            quoted = w.replace("\\", "\\\\").replace('"', '\\"')
-            resp.headers.add("Warning", f'299 - "{quoted}"')
+            resp.headers.add("Warning", warning_header(w))
     return resp
+
+
+def warning_header(text: str) -> str:
+    r"""A `Warning: 299 - "<text>"` value that any HTTP stack sends, whatever the text carries.
+
+    Warnings echo request data (an unknown field's name), and a header value with a control
+    character is refused by aiohttp when the response is written, after the store has
+    committed: the client would see a dropped connection for a write that happened. Control
+    characters and unpaired surrogates are written as Go's `%q` writes them (`\n`, `\x01`,
+    `\ud800` as U+FFFD), then the text is quoted as RFC 7234's quoted-string, as upstream
+    (`net.NewWarningHeader`) does; client-go unquotes it.
+    """
+    if not _SAFE_TEXT.fullmatch(text):
+        text = _UNSAFE_CHAR.sub(_escape_char, text)
+    quoted = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'299 - "{quoted}"'
+
+
+_SAFE_TEXT: Final = re.compile(r"[^\x00-\x1f\x7f-\x9f\ud800-\udfff]*")
+_UNSAFE_CHAR: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_GO_ESCAPES: Final = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    c = match.group()
+    if c in _GO_ESCAPES:
+        return _GO_ESCAPES[c]
+    code = ord(c)
+    if code >= 0xD800:
+        return "\ufffd"
+    return f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}"
 
 
 def render_status(request: web.Request, exc: errors.StatusError) -> web.Response:
@@ -137,19 +173,65 @@ async def read_body(request: web.Request) -> tuple[Any, str]:
 async def read_raw(request: web.Request) -> tuple[bytes, str]:
     """The request body's bytes (at most MAX_BODY, else 413) and its media type."""
     payload = request.content
-    if payload.is_eof():
-        # The whole body has arrived (a small body always has, by the time the handler runs):
-        # take it as it is buffered, without `read()`'s loop of awaits and its copies.
-        raw = payload.read_nowait()
-    else:
-        try:
+    try:
+        if payload.is_eof() and payload.exception() is None:
+            # The whole body has arrived (a small body always has, by the time the handler runs):
+            # take it as it is buffered, without `read()`'s loop of awaits and its copies.
+            raw = payload.read_nowait()
+        else:
             raw = await request.read()
-        except web.HTTPRequestEntityTooLarge as exc:
-            raise errors.too_large(MAX_BODY) from exc
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise errors.too_large(MAX_BODY) from exc
+    except web.RequestPayloadError as exc:
+        # A body cut short, or (where aiohttp decodes) a Content-Encoding the bytes do not match.
+        raise errors.bad_request(f"the request body could not be read: {_cause_text(exc)}") from exc
+    coding = request.headers.get("Content-Encoding")
+    if coding:  # the application leaves bodies encoded (`server.build_app`: auto_decompress off)
+        raw = decode_content(raw, coding)
     media = (request.headers.get("Content-Type") or codec.JSON).split(";", 1)[0].strip().lower()
     if len(raw) > MAX_BODY:
         raise errors.too_large(MAX_BODY)
     return raw, media
+
+
+def decode_content(raw: bytes, coding: str) -> bytes:
+    """A body with its Content-Encoding undone (gzip, deflate, identity; codings applied in order).
+
+    A coding the bytes do not match, or one the server does not know, is a 400; a body that
+    inflates beyond `MAX_BODY` is a 413, found without inflating more than that.
+    """
+    for name in reversed([c.strip().lower() for c in coding.split(",") if c.strip()]):
+        if name == "identity":
+            continue
+        if name not in ("gzip", "x-gzip", "deflate"):
+            raise errors.bad_request(f"the request body could not be read: unsupported Content-Encoding: {name}")
+        raw = _inflate(raw, name)
+    return raw
+
+
+def _inflate(raw: bytes, name: str) -> bytes:
+    # deflate as aiohttp reads it: zlib-wrapped, or raw deflate when the first byte says so
+    wbits = 16 + zlib.MAX_WBITS if name != "deflate" else (zlib.MAX_WBITS if raw[:1] and raw[0] & 0xF == 8
+                                                             else -zlib.MAX_WBITS)
+    inflater = zlib.decompressobj(wbits=wbits)
+    try:
+        out = inflater.decompress(raw, MAX_BODY + 1)
+    except zlib.error as exc:
+        raise errors.bad_request(f"the request body could not be read: Can not decode content-encoding: "
+                                 f"{'gzip' if name != 'deflate' else name}") from exc
+    if len(out) > MAX_BODY:
+        raise errors.too_large(MAX_BODY)
+    if not inflater.eof or inflater.unused_data:
+        raise errors.bad_request(f"the request body could not be read: Can not decode content-encoding: "
+                                 f"{'gzip' if name != 'deflate' else name}")
+    return out
+
+
+def _cause_text(exc: BaseException) -> str:
+    """What went wrong reading a body, as one printable line (the message echoes no request bytes)."""
+    cause = exc.__cause__ or exc
+    text = str(getattr(cause, "message", "") or cause).strip()  # aiohttp's HttpProcessingError: its message
+    return text.splitlines()[0][:200] if text else type(cause).__name__
 
 
 def decode_body(request: web.Request, raw: bytes, media: str) -> Any:
@@ -171,12 +253,13 @@ def decode_body(request: web.Request, raw: bytes, media: str) -> Any:
         except TypeError as exc:
             raise errors.bad_request(f"the msgpack body is not JSON-like: {exc}") from exc
         return value
-    if media in ("application/apply-patch+yaml",):
+    patching = request.method == "PATCH"  # a patch's media type was checked against the patch types
+    if media == "application/apply-patch+yaml" and patching:
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
             return _load_yaml(raw)
-    if media in (codec.JSON, "") or media.endswith("+json") or media == "*/*":
+    if media in (codec.JSON, "") or (patching and media.endswith("+json")):
         try:
             value = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -186,10 +269,14 @@ def decode_body(request: web.Request, raw: bytes, media: str) -> Any:
         return value
     if media in ("application/yaml", "application/x-yaml"):
         return _load_yaml(raw)
-    if media == protobuf.MEDIA_TYPE and TARGET in request:  # a built-in kind's body from client-go (kubectl 1.32+)
-        target = request[TARGET]
-        return protobuf.decode_protobuf(target.kind, raw, target.sub, delete=request.method == "DELETE")
-    raise errors.unsupported_media_type(media)
+    resolved = request.get(TARGET)
+    if media == protobuf.MEDIA_TYPE and resolved is not None:  # a built-in kind's body from client-go (kubectl 1.32+)
+        return protobuf.decode_protobuf(resolved.kind, raw, resolved.sub, delete=request.method == "DELETE")
+    if patching and resolved is not None:
+        raise errors.unsupported_media_type(patch_media_types(resolved.kind))
+    custom = resolved is not None and resolved.kind.custom is not None
+    raise errors.unsupported_media_type(BODY_MEDIA_TYPES[:2] + (() if custom else BODY_MEDIA_TYPES[2:3])
+                                        + BODY_MEDIA_TYPES[3:])
 
 
 class _JsonishLoader(yaml.SafeLoader):
@@ -239,15 +326,79 @@ def _load_yaml(raw: bytes) -> Any:
     than reaching the store, whose JSON and msgpack encoders (every watch frame) would fail
     on it later.
     """
+    loader: _JsonishLoader | None = None
     try:
-        value = yaml.load(raw, Loader=_JsonishLoader)  # a SafeLoader: plain data only
+        loader = _JsonishLoader(raw)  # a SafeLoader: plain data only (its reader refuses bytes YAML cannot hold)
+        node = loader.get_single_node()
+        if node is not None:
+            _check_aliasing(node)
+        value = loader.construct_document(node) if node is not None else None
+    except errors.StatusError:
+        raise
     except Exception as exc:  # explicit tags fail with plain Python errors too (`!!float abc`, `!!bool maybe`)
         raise errors.bad_request(f"malformed YAML body: {type(exc).__name__}: {exc}") from exc
+    finally:
+        if loader is not None:
+            loader.dispose()
     try:
         orjson.dumps(value)
     except TypeError as exc:
         raise errors.bad_request(f"the YAML body is not JSON-like: {exc}") from exc
     return value
+
+
+# goyaml's bounds on alias expansion (sigs.k8s.io/yaml/goyaml.v2 decode.go), which kube-apiserver's
+# YAML decoding inherits: up to 400,000 decoded nodes 99% may come from aliases, from 4,000,000 on
+# only 10%, scaled linearly in between; documents of up to 1,000 nodes or 100 aliased ones pass.
+_ALIAS_LOW: Final = 400_000
+_ALIAS_HIGH: Final = 4_000_000
+
+
+def _allowed_alias_ratio(decoded: int) -> float:
+    if decoded <= _ALIAS_LOW:
+        return 0.99
+    if decoded >= _ALIAS_HIGH:
+        return 0.10
+    return 0.99 - 0.89 * (decoded - _ALIAS_LOW) / (_ALIAS_HIGH - _ALIAS_LOW)
+
+
+def _check_aliasing(root: yaml.Node) -> None:
+    """Refuse a YAML document whose aliases would expand it beyond goyaml's bounds (a 400).
+
+    The composed graph shares an aliased node; this walk counts every node as decoding the
+    document would (an alias counts its whole expansion) without expanding anything, so the
+    "billion laughs" is refused before a single list is built. An alias to a node that
+    contains it is refused too (upstream: the anchor's value contains itself).
+    """
+    decoded = aliased = 0
+    entered: dict[int, int] = {}  # id(node) -> `decoded` when its walk began
+    size: dict[int, int] = {}  # id(node) -> its expanded node count, once walked
+    work: list[tuple[yaml.Node, bool]] = [(root, True)]
+    while work:
+        node, entering = work.pop()
+        nid = id(node)
+        if not entering:
+            size[nid] = decoded - entered.pop(nid)
+            continue
+        if nid in size:  # an alias: its whole expansion is decoded again
+            decoded += size[nid]
+            aliased += size[nid]
+            if aliased > 100 and decoded > 1000 and aliased / decoded > _allowed_alias_ratio(decoded):
+                raise errors.bad_request("error decoding YAML: error converting YAML to JSON: yaml: "
+                                         "document contains excessive aliasing")
+            continue
+        if nid in entered:
+            raise errors.bad_request("error decoding YAML: error converting YAML to JSON: yaml: "
+                                     "an anchor's value contains itself")
+        entered[nid] = decoded
+        decoded += 1
+        work.append((node, False))
+        if isinstance(node, yaml.SequenceNode):
+            work.extend((child, True) for child in reversed(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in reversed(node.value):
+                work.append((value, True))
+                work.append((key, True))
 
 
 def _key_text(key: Any) -> str:
@@ -365,16 +516,49 @@ def write_options(request: web.Request) -> WriteOptions:
         return opts
     q = request.query
     fv = q.get("fieldValidation", "")
-    if fv and fv not in ("Strict", "Warn", "Ignore"):
-        raise errors.bad_request(f"fieldValidation must be one of Strict, Warn or Ignore, not {fv!r}")
-    dry = q.get("dryRun")
-    if dry not in (None, "", "All"):
-        raise errors.bad_request(f"unsupported dryRun value {dry!r}: only All is allowed")
+    dry = q.getall("dryRun", [])
     manager = q.get("fieldManager", "")
-    if len(manager) > 128:
-        raise errors.bad_request("fieldManager: Too long: may not be longer than 128")
-    return WriteOptions(dry_run=dry == "All", field_validation=fv, field_manager=manager,
+    causes = options_causes(field_manager=manager, dry_run=dry, field_validation=fv)
+    verb = request.get(VERB, "")
+    if verb == "patch" and "force" in q and request.headers.get("Content-Type", "").split(";", 1)[0].strip() \
+            not in ("application/apply-patch+yaml", "application/apply-patch+json"):
+        causes.insert(0, fielderrors.forbidden("force", "may not be specified for non-apply patch"))
+    if causes:
+        raise errors.options_invalid(_OPTIONS_KINDS.get(verb, "CreateOptions"), causes)
+    return WriteOptions(dry_run="All" in dry, field_validation=fv, field_manager=manager,
                         user_agent_manager=agent_manager(agent), force=flag(q.get("force")))
+
+
+_OPTIONS_KINDS: Final = {"create": "CreateOptions", "update": "UpdateOptions", "patch": "PatchOptions",
+                         "delete": "DeleteOptions", "deletecollection": "DeleteOptions"}
+FIELD_MANAGER_MAX: Final = 128
+
+
+def options_causes(*, field_manager: str = "", dry_run: list[str] | tuple[str, ...] = (),
+                   field_validation: str = "") -> list[fielderrors.Cause]:
+    """What upstream's `Validate{Create,Update,Patch}Options` find wrong in a write's options.
+
+    fieldManager: at most 128 bytes, every character printable; dryRun: only `All`;
+    fieldValidation: `Ignore`, `Warn`, `Strict` or empty.
+    """
+    causes: list[fielderrors.Cause] = []
+    if len(field_manager.encode("utf-8", "surrogatepass")) > FIELD_MANAGER_MAX:
+        causes.append({"reason": "FieldValueTooLong", "field": "fieldManager",
+                       "message": f"Too long: must have at most {FIELD_MANAGER_MAX} bytes"})
+    position = 0
+    for c in field_manager:
+        if not c.isprintable():  # Go's unicode.IsPrint: a space other than U+0020 is not printable either
+            causes.append(fielderrors.invalid_text("fieldManager", field_manager,
+                                                   f"invalid character U+{ord(c):04X} (at position {position})"))
+        position += len(c.encode("utf-8", "surrogatepass"))
+    if any(d != "All" for d in dry_run):
+        causes.append({"reason": "FieldValueNotSupported", "field": "dryRun",
+                       "message": f'Unsupported value: {fielderrors.go_strings(dry_run)}: supported values: "All"'})
+    if field_validation not in ("", "Ignore", "Warn", "Strict"):
+        causes.append({"reason": "FieldValueNotSupported", "field": "fieldValidation",
+                       "message": f"Unsupported value: {fielderrors.go_quote(field_validation)}: supported values: "
+                                  '"", "Ignore", "Strict", "Warn"'})
+    return causes
 
 
 def agent_manager(agent: str) -> str:
@@ -771,7 +955,7 @@ class Api:
         if patch_type is None and media == codec.MSGPACK:
             patch_type = request.headers.get("X-Kubemesh-Patch-Type", "merge")
         if patch_type is None:
-            raise errors.unsupported_media_type(media or "(none)")
+            raise errors.unsupported_media_type(patch_media_types(t.kind))
         body, _ = await read_body(request)
         warnings: list[str] = []
         if (admitting := self._admitting()) is not None:
@@ -832,7 +1016,7 @@ class Api:
                 media = (request.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
                 patch_type = PATCH_TYPES.get(media)
                 if patch_type is None:
-                    raise errors.unsupported_media_type(media or "(none)")
+                    raise errors.unsupported_media_type(patch_media_types(t.kind))
                 body, _ = await read_body(request)
                 return render(request, self.registry.patch_scale(t.kind, t.namespace, t.name, body, patch_type,
                                                                  write_options(request)))

@@ -25,7 +25,7 @@ from aiohttp import web
 from kubemesh.apiserver import errors, tables
 from kubemesh.apiserver.chaos.faults import Fault
 from kubemesh.apiserver.chaos.spec import TYPES, WRITE_VERBS
-from kubemesh.apiserver.serving import Targets, render, render_status, response_encoding, selectors
+from kubemesh.apiserver.serving import LOSE_RESPONSE, Targets, render, render_status, response_encoding, selectors
 from kubemesh.apiserver.storage import EventType, Store
 from kubemesh.apiserver.watching import WatchHub, encode_event
 from kubemesh.services.machinery.clock import Clock
@@ -180,6 +180,11 @@ class RequestChaos:
                 if f.spec.type == "request.commitThenFail" and f.fires():
                     code = int(f.spec.params.get("code", 500))
                     f.injected += 1
+                    if f.spec.params.get("lose"):
+                        self.engine.record("inject", f, "ok", effect="commitThenLose",
+                                           committedRV=request.get("rv"), **detail)
+                        request[LOSE_RESPONSE] = f.name
+                        return resp
                     self.engine.record("inject", f, "ok", effect="commitThenFail", code=code,
                                        committedRV=request.get("rv"), **detail)
                     return render_status(request, _error(

@@ -600,6 +600,7 @@ def _params(type_: str, raw: Any, causes: _Causes, match: Selector) -> dict[str,
         choice("then", ("pass", "reset"))
     elif type_ == "request.commitThenFail":
         allowed.add("code")
+        flag("lose", False)  # true: no answer at all, the send of the committed write's answer fails
         code = raw.get("code", 500)
         if code not in (500, 503, 504):
             causes.add("params.code", "must be 500, 503 or 504")

@@ -23,7 +23,7 @@ from typing import Any
 
 from kubemesh.apiserver import errors
 from kubemesh.apiserver.customresources.definitions import CustomKind
-from kubemesh.apiserver.fielderrors import Cause
+from kubemesh.apiserver.fielderrors import Cause, go_quote
 from kubemesh.services.model.kinds import Kind, Obj
 
 
@@ -41,10 +41,10 @@ def prepare(kind: Kind, obj: Obj, *, field_validation: str, warnings: list[str] 
     pruned = custom.schema.prune(obj)
     if pruned:
         if field_validation == "Strict":
-            text = ", ".join(f'unknown field "{p}"' for p in pruned)
+            text = ", ".join(f"unknown field {go_quote(p)}" for p in pruned)
             raise errors.bad_request(f"strict decoding error: {text}")
         if field_validation != "Ignore" and warnings is not None:
-            warnings.extend(f'unknown field "{p}"' for p in pruned)
+            warnings.extend(f"unknown field {go_quote(p)}" for p in pruned)
     custom.schema.default(obj)
     if custom.deprecation_warning and warnings is not None and custom.deprecation_warning not in warnings:
         warnings.append(custom.deprecation_warning)

@@ -57,7 +57,7 @@ def decode_protobuf(kind: Kind, raw: bytes, subresource: str | None = None, *, d
     the envelope's.
     """
     if kind.custom is not None:
-        raise errors.unsupported_media_type(MEDIA_TYPE)
+        raise errors.unsupported_media_type(("application/json", "application/yaml"))
     return _real(kind, raw, subresource, delete=delete)
 
 

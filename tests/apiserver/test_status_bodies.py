@@ -81,7 +81,9 @@ async def test_bad_request_unsupported_media_type_and_forbidden(rest: Rest) -> N
     code, body = await raw(rest, "POST", CMS, b"{not json")
     assert code == 400 and body.endswith(b',"reason":"BadRequest","code":400}\n'), body
     assert await raw(rest, "POST", CMS, b"{}", ctype="text/plain") == (415, status(
-        "the body of the request was in an unknown format: text/plain", "UnsupportedMediaType", 415))
+        "the body of the request was in an unknown format - accepted media types include: application/json, "
+        "application/yaml, application/vnd.kubernetes.protobuf, application/vnd.kubemesh.msgpack",
+        "UnsupportedMediaType", 415))
     assert await raw(rest, "DELETE", "/api/v1/namespaces/default") == (403, status(
         'namespaces "default" is forbidden: this namespace may not be deleted', "Forbidden", 403,
         {"name": "default", "kind": "namespaces"}))

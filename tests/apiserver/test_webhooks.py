@@ -257,7 +257,8 @@ async def test_webhook_faults_take_effect_under_each_policy_and_heal(rest: Rest,
                                  objectSelector={"matchLabels": {"policy": "fail"}}),
                     hooks.config("/validate", name="lenient.example.com", timeoutSeconds=1, failurePolicy="Ignore",
                                  objectSelector={"matchLabels": {"policy": "ignore"}}))
-    cases = [({"type": "webhook.unreachable"}, "connection refused"),
+    cases: list[tuple[Json, str]] = [
+             ({"type": "webhook.unreachable"}, "connection refused"),
              ({"type": "webhook.error", "params": {"code": 503}}, "status code 503"),
              ({"type": "webhook.latency", "params": {"delay": 3}}, "context deadline exceeded")]
     for i, (spec, expected) in enumerate(cases):
