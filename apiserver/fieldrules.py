@@ -1,14 +1,9 @@
 """Rules kube-apiserver applies to every built-in kind that the per-kind checks (`validation`) leave out.
 
-Each is found from one source: the model types in `schema.json` (which fields hold quantities,
-where a pod spec sits in each kind) rather than a check per field.
+Each is found from one source (where a pod spec sits in each kind, ...) rather than a check per
+field. Quantities are checked where they are decoded (`kubemesh.apiserver.protobuf.gojson`: every
+Quantity field of every kind, from the generated message table, a malformed one a 400).
 
-* **Quantities** (`resource.Quantity`): every field whose Go type is a Quantity or a
-  ResourceList, in any kind and at any depth (container resources, a node's capacity, a
-  quota's hard limits, an emptyDir's sizeLimit...). Upstream parses them while decoding the
-  body, so a value that is no quantity (`"lots"`) is a 400 BadRequest before validation:
-  `Pod in version "v1" cannot be handled as a Pod: quantities must match the regular
-  expression ...` (`quantity_error`).
 * **Finalizer names** (`metadata.finalizers`): qualified names (apimachinery's
   `ValidateFinalizerName`), and for the kinds kube-apiserver's own validation serves (not
   CRDs, APIServices or custom resources), a name without a `/` must be one of the standard
@@ -27,129 +22,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 from collections.abc import Iterator, Mapping
-from functools import cache
-from pathlib import Path
 from typing import Any, Final
 
-from kubemesh.apiserver import errors, fielderrors, names
+from kubemesh.apiserver import fielderrors, names
 from kubemesh.apiserver.fielderrors import Cause
-from kubemesh.apiserver.validation import model_types, validate_name
+from kubemesh.apiserver.validation import validate_name
 from kubemesh.services.model.kinds import Kind, Obj
-from kubemesh.services.model.quantities import parse_quantity
-
-# ---------------------------------------------------------------------------------------------
-# Quantities.
-
-_MAP: Final = "map"
-_ONE: Final = "one"
-QUANTITY_FIELDS: Final[dict[str, dict[str, str]]] = {
-    "V1ResourceRequirements": {"limits": _MAP, "requests": _MAP},
-    "V1VolumeResourceRequirements": {"limits": _MAP, "requests": _MAP},
-    "V1NodeStatus": {"allocatable": _MAP, "capacity": _MAP},
-    "V1ResourceQuotaSpec": {"hard": _MAP},
-    "V1ResourceQuotaStatus": {"hard": _MAP, "used": _MAP},
-    "V1LimitRangeItem": {"default": _MAP, "defaultRequest": _MAP, "max": _MAP, "maxLimitRequestRatio": _MAP,
-                         "min": _MAP},
-    "V1PersistentVolumeSpec": {"capacity": _MAP},
-    "V1PersistentVolumeClaimStatus": {"allocatedResources": _MAP, "capacity": _MAP},
-    "V1EmptyDirVolumeSource": {"sizeLimit": _ONE},
-    "V1PodSpec": {"overhead": _MAP},
-    "V1ResourceFieldSelector": {"divisor": _ONE},
-    "V1ContainerStatus": {"allocatedResources": _MAP},
-    "V1PodStatus": {"allocatedResources": _MAP},
-}
-"""The model fields whose Go type is `resource.Quantity` (one) or `ResourceList` (a map of them)."""
-
-QUANTITY_FORMAT: Final = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
-
-
-@cache
-def _types() -> dict[str, dict[str, str]]:
-    """Model type -> {field: type code} (`schema.json`'s `types`, as the typed decode reads them)."""
-    doc = json.loads(Path(__file__).with_name("schema.json").read_text())
-    types: dict[str, dict[str, str]] = doc["types"]
-    return types
-
-
-def _target(code: str) -> str:
-    """The model type a field's type code leads to ("" for scalars)."""
-    return code[1:] if code[:1] in ("[", "{") else code
-
-
-@cache
-def _reaching() -> frozenset[str]:
-    """The model types from which some quantity field can be reached (the walk enters only these)."""
-    types = _types()
-    reach = {t for t in QUANTITY_FIELDS if t in types}
-    changed = True
-    while changed:
-        changed = False
-        for name, fields in types.items():
-            if name not in reach and any(_target(code) in reach for code in fields.values() if code):
-                reach.add(name)
-                changed = True
-    return frozenset(reach)
-
-
-def quantity_error(kind: Kind, obj: Obj) -> errors.StatusError | None:
-    """The 400 a body with a malformed quantity gets (None when every quantity parses)."""
-    type_name = model_types()[0].get(kind.kind)
-    if type_name is None or kind.custom is not None or type_name not in _reaching():
-        return None
-    for value in _quantities(obj, type_name):
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            continue  # a wrong JSON type: the per-kind checks answer it (422)
-        try:
-            parse_quantity(value)
-        except (ValueError, ArithmeticError):
-            return errors.bad_request(f'{kind.kind} in version "{kind.version}" cannot be handled as a '
-                                      f"{kind.kind}: {QUANTITY_FORMAT}")
-    return None
-
-
-@cache
-def _plan(type_name: str) -> tuple[tuple[str, str, str], ...]:
-    """The fields of a model type the quantity walk looks at: (field, how, model type below).
-
-    `how` is `map` or `one` (a quantity field), or `[`, `{` or `.` (a list, map or object of
-    a type from which a quantity can be reached); every other field is skipped unread.
-    """
-    reach = _reaching()
-    quantity = QUANTITY_FIELDS.get(type_name, {})
-    steps: list[tuple[str, str, str]] = [(key, shape, "") for key, shape in quantity.items()]
-    for key, code in (_types().get(type_name) or {}).items():
-        if key in quantity or not code or _target(code) not in reach:
-            continue
-        steps.append((key, code[0] if code[0] in "[{" else ".", _target(code)))
-    return tuple(steps)
-
-
-def _quantities(value: Mapping[str, Any], type_name: str) -> Iterator[Any]:
-    """Every value in a quantity field of `value` (of model type `type_name`), at any depth."""
-    work: list[tuple[Mapping[str, Any], str]] = [(value, type_name)]
-    while work:
-        obj, name = work.pop()
-        for key, how, target in _plan(name):
-            sub = obj.get(key)
-            if sub is None:
-                continue
-            if how == _MAP:
-                if isinstance(sub, dict):
-                    yield from sub.values()
-            elif how == _ONE:
-                yield sub
-            elif how == "[":
-                if isinstance(sub, list):
-                    work.extend((item, target) for item in sub if isinstance(item, dict))
-            elif how == "{":
-                if isinstance(sub, dict):
-                    work.extend((item, target) for item in sub.values() if isinstance(item, dict))
-            elif isinstance(sub, dict):
-                work.append((sub, target))
-
 
 # ---------------------------------------------------------------------------------------------
 # 422 causes.

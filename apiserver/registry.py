@@ -38,7 +38,7 @@ from kubemesh.apiserver.patching import (
     apply_merge_patch,
     apply_strategic_merge_patch,
 )
-from kubemesh.apiserver.protobuf.gojson import quantities_as_strings
+from kubemesh.apiserver.protobuf.gojson import MalformedQuantity, quantities_as_strings
 from kubemesh.apiserver.storage import EventType, Store
 from kubemesh.apiserver.validation import decode_typed, validate_name, validate_object
 from kubemesh.services.machinery.clock import Clock, format_micro_time, format_time, parse_time
@@ -57,6 +57,7 @@ from kubemesh.services.model.kinds import (
     Obj,
     labels_of,
 )
+from kubemesh.services.model.quantities import QUANTITY_FORMAT
 from kubemesh.services.model.selectors import FieldSelector, LabelSelector, SelectorError, label_selector_from_dict
 
 _NAME_CHARS: Final = "bcdfghjklmnpqrstvwxz2456789"
@@ -770,10 +771,11 @@ class Registry:
             customobjects.prepare(kind, obj, field_validation=mode, warnings=warnings)
             return obj
         obj, unknown = decode_typed(kind, obj)
-        malformed = fieldrules.quantity_error(kind, obj)  # upstream's decode fails on it: a 400 before any 422
-        if malformed is not None:
-            raise malformed
-        obj = quantities_as_strings(kind.api_version, kind.kind, obj)
+        try:
+            obj = quantities_as_strings(kind.api_version, kind.kind, obj)
+        except MalformedQuantity:  # upstream's decode fails on it: a 400 before any 422
+            raise errors.bad_request(f'{kind.kind} in version "{kind.version}" cannot be handled as a '
+                                     f"{kind.kind}: {QUANTITY_FORMAT}") from None
         if not unknown or mode == "Ignore":
             return obj
         if mode == "Strict":

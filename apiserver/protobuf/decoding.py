@@ -42,10 +42,9 @@ from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
 from kubemesh.apiserver.protobuf import goformats
 from kubemesh.apiserver.protobuf.schema import SPECIAL, UNKNOWN, Compiled, Slot, compiled
+from kubemesh.services.model.quantities import QUANTITY_FORMAT
 
 MAGIC: Final = b"k8s\x00"
-_QUANTITY_FORMAT: Final = ("quantities must match the regular expression "
-                           "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
 
 
 class ProtobufError(ValueError):
@@ -240,7 +239,7 @@ def _quantity(msg: Any) -> Any:
         return "0"  # Go's zero Quantity
     text = _text(msg.f1)
     if not text:
-        raise ProtobufError(_QUANTITY_FORMAT)
+        raise ProtobufError(QUANTITY_FORMAT)
     return text
 
 

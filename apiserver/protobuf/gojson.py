@@ -9,7 +9,9 @@ the official clients' typed models (which type quantities as strings) rely on th
 `quantities_as_strings(api_version, kind, obj)` does the same to a decoded dict: every
 quantity field of the kind's Go type (found through the generated message table: resource
 lists of containers, nodes, claims, volumes and quotas, limit ranges, metric targets...)
-that holds a number gets its canonical string. Strings are left as they are. Copy-on-write:
+that holds a number gets its canonical string. A string that is no quantity (`"lots"`) fails
+there upstream, while the body is decoded: `MalformedQuantity` is raised (the registry answers
+upstream's 400); other JSON types are left to the per-kind checks (a 422). Copy-on-write:
 `obj` and its parts are never changed; what changes is copied along its path, and an object
 with no numeric quantity is returned itself.
 """
@@ -22,7 +24,7 @@ from typing import Any, Final
 from kubemesh.apiserver.protobuf import messages
 from kubemesh.apiserver.protobuf.schema import QUANTITY, SCALARS, SPECIAL, message_for
 from kubemesh.services.model.kinds import Obj
-from kubemesh.services.model.quantities import canonical_quantity
+from kubemesh.services.model.quantities import canonical_quantity, parse_quantity
 
 _Plan = tuple[tuple[str, str, str], ...]
 """(json name, shape, what: "q" for a quantity, else the message to go into), inlined fields flattened."""
@@ -53,13 +55,24 @@ def _plan(message: str) -> _Plan:
     return tuple(out)
 
 
+class MalformedQuantity(ValueError):
+    """A quantity field holds a string that is no quantity."""
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _value(value: Any, what: str) -> Any:
     if what == "q":
-        return canonical_quantity(value) if _number(value) else value
+        if _number(value):
+            return canonical_quantity(value)
+        if isinstance(value, str):
+            try:
+                parse_quantity(value)
+            except (ValueError, ArithmeticError):
+                raise MalformedQuantity(value) from None
+        return value
     return _walk(value, what) if isinstance(value, dict) else value
 
 
@@ -88,7 +101,11 @@ def _walk(obj: dict[str, Any], message: str) -> dict[str, Any]:
 
 
 def quantities_as_strings(api_version: str, kind: str, obj: Obj) -> Obj:
-    """`obj` with every quantity that is a JSON number written as its canonical string."""
+    """`obj` with every quantity that is a JSON number written as its canonical string.
+
+    Raises:
+        MalformedQuantity: a quantity field holds a string that does not parse.
+    """
     message = message_for(api_version, kind)
     if message is None or not _has_quantity(message):
         return obj

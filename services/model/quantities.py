@@ -29,6 +29,9 @@ _DECIMAL: Final[dict[str, Fraction]] = {
     "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": Fraction(1),
     "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
     "P": Fraction(10**15), "E": Fraction(10**18)}
+QUANTITY_FORMAT: Final = ("quantities must match the regular expression "
+                          "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
+"""What kube-apiserver's decoder says of a value that is no quantity (a 400 before any validation)."""
 _QUANTITY: Final = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(?:(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE]([+-]?\d+))?")
 
 Quantity = str | int | float
