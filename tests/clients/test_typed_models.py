@@ -54,6 +54,7 @@ from kubemesh.services.model.kinds import (
     NAMESPACES,
     PODS,
     REPLICASETS,
+    REPLICATIONCONTROLLERS,
     REVIEWS,
     STATEFULSETS,
     Kind,
@@ -368,12 +369,16 @@ async def _drive_workloads(walk: Walk) -> None:
     await eventually(lambda: settled(DEPLOYMENTS, "web", deployment_done(2)), what="deployment web available")
     await scale(DEPLOYMENTS, "web", 3)
     await scale(REPLICASETS, "cache", 2)
+    await scale(REPLICATIONCONTROLLERS, "legacy", 2)
     await scale(STATEFULSETS, "db", 3)
     await roll(DEPLOYMENTS, "web")
     await roll(DAEMONSETS, "agent")
     await eventually(lambda: settled(DEPLOYMENTS, "web", deployment_done(3)), what="deployment web scaled and rolled")
     await eventually(lambda: settled(REPLICASETS, "cache", lambda r: r["status"].get("readyReplicas") == 2),
                      what="replicaset cache scaled to 2")
+    await eventually(lambda: settled(REPLICATIONCONTROLLERS, "legacy",
+                                     lambda r: r["status"].get("readyReplicas") == 2),
+                     what="replicationcontroller legacy running and scaled to 2")
     await eventually(lambda: settled(DAEMONSETS, "agent", lambda d: d["status"].get("updatedNumberScheduled")
                                      == d["status"].get("numberAvailable") == NODES),
                      what="daemonset agent rolled on every node")
