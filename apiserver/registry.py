@@ -40,7 +40,7 @@ from kubemesh.apiserver.patching import (
 )
 from kubemesh.apiserver.protobuf.gojson import MalformedQuantity, quantities_as_strings
 from kubemesh.apiserver.storage import EventType, Store
-from kubemesh.apiserver.validation import decode_typed, validate_name, validate_object
+from kubemesh.apiserver.validation import WrongType, decode_typed, validate_name, validate_object
 from kubemesh.services.machinery.clock import Clock, format_micro_time, format_time, parse_time
 from kubemesh.services.model.kinds import (
     CUSTOMRESOURCEDEFINITIONS,
@@ -770,7 +770,11 @@ class Registry:
         if kind.custom is not None:
             customobjects.prepare(kind, obj, field_validation=mode, warnings=warnings)
             return obj
-        obj, unknown = decode_typed(kind, obj)
+        try:
+            obj, unknown = decode_typed(kind, obj)
+        except WrongType as exc:  # Go's decode refuses the body: a 400 before any validation
+            raise errors.bad_request(f'{kind.kind} in version "{kind.version}" cannot be handled as a '
+                                     f"{kind.kind}: {exc.text}") from None
         try:
             obj = quantities_as_strings(kind.api_version, kind.kind, obj)
         except MalformedQuantity:  # upstream's decode fails on it: a 400 before any 422

@@ -13,7 +13,12 @@ Three checks and a decode, each returning data the request layer turns into a `m
   `unknown_fields(kind, obj)` is only the paths. The schema is `schema.json`, generated at
   development time from the official client's models by `scripts/gen_schema.py`; maps with free
   keys (labels, annotations, data, resource lists, nodeSelector, capacity...) accept any key, and
-  kinds without a schema accept everything.
+  kinds without a schema accept everything. A value of the wrong JSON type for its field (a
+  string where a bool or an int goes, an object where a list goes, a list where an object goes)
+  raises `WrongType`, which the apiserver answers as kube-apiserver's decoder does: 400 `Pod in
+  version "v1" cannot be handled as a Pod: json: cannot unmarshal string into Go struct field
+  Container.spec.containers.stdin of type bool`. (Numbers are kept in string fields, since
+  quantities are typed as strings here; the quantity walk of `protobuf.gojson` checks those.)
 * `validate_object(kind, obj)`: the required fields and shapes that the control-plane races and the
   clients depend on, as a list of `Cause` (`{reason, message, field}`, with Kubernetes' reasons
   such as `FieldValueRequired` and field paths such as `spec.containers[0].image`). An empty list
@@ -45,7 +50,7 @@ from kubemesh.services.model.selectors import (
     validate_label_value,
 )
 
-__all__ = ["Cause", "decode_typed", "unknown_fields", "validate_name", "validate_object"]
+__all__ = ["Cause", "WrongType", "decode_typed", "unknown_fields", "validate_name", "validate_object"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,6 +135,9 @@ def decode_typed(kind: Kind | str, obj: Obj) -> tuple[Obj, list[str]]:
     Copy-on-write: neither `obj` nor any of its parts is changed; what changes is copied along
     its path, so parts `obj` shares with a stored object (a patch's result does) stay as they
     are, and an object with nothing to drop is returned itself.
+
+    Raises:
+        WrongType: a value's JSON type is not its field's (Go's decoder refuses the body).
     """
     type_name = _schema()[0].get(kind if isinstance(kind, str) else kind.kind)
     out: list[str] = []
@@ -141,14 +149,96 @@ def decode_typed(kind: Kind | str, obj: Obj) -> tuple[Obj, list[str]]:
     return typed, out
 
 
+class WrongType(ValueError):
+    """A value whose JSON type its field cannot take, worded as Go's `encoding/json` words it."""
+
+    def __init__(self, *, sent: Any, struct: str, path: str, go_type: str) -> None:
+        self.text = (f"json: cannot unmarshal {_json_type(sent)} into Go struct field {struct}.{path} "
+                     f"of type {go_type}")
+        super().__init__(self.text)
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+_NUMBER: Final = frozenset({int, float})
+_TEXT: Final = frozenset({str, int, float})
+_SCALARS: Final[dict[str, tuple[frozenset[type], str]]] = {
+    # the official client's type -> (the JSON types Go's decode takes for it here, its Go name)
+    "bool": (frozenset({bool}), "bool"),
+    "int": (frozenset({int}), "int32"),
+    "float": (_NUMBER, "float64"),
+    "str": (_TEXT, "string"),
+    "datetime": (frozenset({str}), "v1.Time"),
+    "bytes": (frozenset({str}), "[]uint8"),
+}
+_MODEL_PREFIX: Final = re.compile(r"^(?:[A-Z][a-z0-9]*)*?V[0-9]+(?:alpha[0-9]+|beta[0-9]+)?(?=[A-Z])")
+
+
+def _go_name(model: str) -> str:
+    """The Go struct name of a model type (`V1Container` -> `Container`, `RbacV1Subject` -> `Subject`)."""
+    return _MODEL_PREFIX.sub("", model)
+
+
+@cache
+def _checks(type_name: str) -> dict[str, tuple[str, frozenset[type], str]]:
+    """The type checks of a model type's fields: field -> (shape, accepted JSON types, Go type).
+
+    Shapes: `one` (a scalar), `list`/`map` (of scalars), `obj` (a struct: a JSON object),
+    `objs` (a list of structs), `objmap` (a map of structs). Fields typed `object` in the client
+    (IntOrString, RawExtension, free JSON) take anything and have no entry.
+    """
+    out: dict[str, tuple[str, frozenset[type], str]] = {}
+    for field, typ in (model_types()[1].get(type_name) or {}).items():
+        if typ in _SCALARS:
+            accepted, go = _SCALARS[typ]
+            out[field] = ("one", accepted, go)
+        elif typ.startswith("List[") and typ[5:-1] in _SCALARS:
+            accepted, go = _SCALARS[typ[5:-1]]
+            out[field] = ("list", accepted, f"[]{go}")
+        elif typ.startswith("Dict[str, ") and typ[10:-1] in _SCALARS:
+            accepted, go = _SCALARS[typ[10:-1]]
+            out[field] = ("map", accepted, f"map[string]{go}")
+        elif typ.startswith("List[") and typ[5:-1] in model_types()[1]:
+            out[field] = ("objs", frozenset({dict}), f"[]v1.{_go_name(typ[5:-1])}")
+        elif typ.startswith("Dict[str, ") and typ[10:-1] in model_types()[1]:
+            out[field] = ("objmap", frozenset({dict}), f"map[string]v1.{_go_name(typ[10:-1])}")
+        elif typ in model_types()[1]:
+            out[field] = ("obj", frozenset({dict}), f"v1.{_go_name(typ)}")
+    return out
+
+
+def _fits(check: tuple[str, frozenset[type], str], value: Any) -> bool:
+    """Whether Go's decode takes `value` for a field with this check (a null always: the zero value)."""
+    shape, accepted = check[0], check[1]
+    if shape in ("one", "obj"):
+        return type(value) in accepted or (shape == "one" and int in accepted and type(value) is float
+                                           and value.is_integer())
+    if shape in ("list", "objs"):
+        return type(value) is list and all(v is None or type(v) in accepted or (
+            int in accepted and type(v) is float and v.is_integer()) for v in value)
+    return type(value) is dict and all(v is None or type(v) in accepted for v in value.values())
+
+
 def _clean(value: Mapping[str, Any], type_name: str) -> bool:
-    """Whether a typed decode would leave `value` as it is (no unknown field, no null)."""
+    """Whether a typed decode would leave `value` as it is (no unknown field, no null, no wrong type)."""
     fields = _schema()[1].get(type_name)
     if fields is None:
         return True
+    checks = _checks(type_name)
     for key, sub in value.items():
         code = fields.get(key)
         if code is None or sub is None:
+            return False
+        check = checks.get(key)
+        if check is not None and not _fits(check, sub):
             return False
         if not code:
             continue
@@ -168,13 +258,25 @@ def _clean(value: Mapping[str, Any], type_name: str) -> bool:
     return True
 
 
-def _typed(value: Mapping[str, Any], type_name: str, path: str, out: list[str]) -> Any:
+def _typed(value: Mapping[str, Any], type_name: str, path: str, out: list[str], *, go_path: str = "") -> Any:
     fields = _schema()[1].get(type_name)
     if fields is None:
         return value
+    checks = _checks(type_name)
     changed: dict[str, Any] | None = None
     for key, sub in value.items():
         code = fields.get(key)
+        field_go_path = f"{go_path}.{key}" if go_path else str(key)
+        if sub is not None and (check := checks.get(key)) is not None and not _fits(check, sub):
+            shape = check[0]
+            if shape in ("list", "objs", "map") and type(sub) is (list if shape != "map" else dict):
+                # the container is right: Go names the element it could not take
+                elements = list(sub.values()) if isinstance(sub, dict) else list(sub)
+                one = ("one" if shape != "objs" else "obj", check[1], "")
+                sent = next(v for v in elements if v is not None and not _fits(one, v))
+                go_type = check[2].removeprefix("[]").removeprefix("map[string]")
+                raise WrongType(sent=sent, struct=_go_name(type_name), path=field_go_path, go_type=go_type)
+            raise WrongType(sent=sub, struct=_go_name(type_name), path=field_go_path, go_type=check[2])
         if code is None or sub is None:
             if code is None:
                 out.append(f"{path}.{key}" if path else str(key))
@@ -182,7 +284,7 @@ def _typed(value: Mapping[str, Any], type_name: str, path: str, out: list[str]) 
                 changed = dict(value)
             del changed[key]
         elif code:
-            new = _typed_value(sub, code, f"{path}.{key}" if path else str(key), out)
+            new = _typed_value(sub, code, f"{path}.{key}" if path else str(key), out, go_path=field_go_path)
             if new is not sub:
                 if changed is None:
                     changed = dict(value)
@@ -190,24 +292,24 @@ def _typed(value: Mapping[str, Any], type_name: str, path: str, out: list[str]) 
     return value if changed is None else changed
 
 
-def _typed_value(value: Any, code: str, path: str, out: list[str]) -> Any:
+def _typed_value(value: Any, code: str, path: str, out: list[str], *, go_path: str) -> Any:
     head, rest = code[0], code[1:]
     if head == "[":
         if rest and isinstance(value, list):
-            items = [_typed(item, rest, f"{path}[{i}]", out) if isinstance(item, dict) else item
+            items = [_typed(item, rest, f"{path}[{i}]", out, go_path=go_path) if isinstance(item, dict) else item
                      for i, item in enumerate(value)]
             if any(a is not b for a, b in zip(items, value, strict=True)):
                 return items
         return value
     if head == "{":
         if rest and isinstance(value, dict):
-            entries = {k: _typed(item, rest, f"{path}[{k}]", out) if isinstance(item, dict) else item
-                       for k, item in value.items()}
+            entries = {k: _typed(item, rest, f"{path}[{k}]", out, go_path=go_path) if isinstance(item, dict)
+                       else item for k, item in value.items()}
             if any(entries[k] is not value[k] for k in value):
                 return entries
         return value
     if isinstance(value, dict):
-        return _typed(value, code, path, out)
+        return _typed(value, code, path, out, go_path=go_path)
     return value
 
 

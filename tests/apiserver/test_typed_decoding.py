@@ -3,7 +3,9 @@
 Unknown fields are dropped in every `fieldValidation` mode (reported as `Warning` headers under
 `Warn`, the default; a 400 under `Strict`; silently under `Ignore`), and a `null` is a field's
 zero value, which is left out, so `kubectl rollout undo` (which sends a template with
-`creationTimestamp: null`) finds the old ReplicaSet as upstream does.
+`creationTimestamp: null`) finds the old ReplicaSet as upstream does. A value of the wrong JSON
+type for its field is refused as Go's decoder refuses it (a 400, with encoding/json's wording),
+and nothing is stored.
 """
 
 from __future__ import annotations
@@ -93,3 +95,37 @@ def test_decode_typed_copies_on_write_and_returns_a_clean_object_itself() -> Non
     assert decode_typed(CONFIGMAPS, clean) == (clean, []) and decode_typed(CONFIGMAPS, clean)[0] is clean
     deploy = deployment("d", template_md={"creationTimestamp": None})
     assert decode_typed(DEPLOYMENTS, deploy)[0]["spec"]["template"]["metadata"] == {"labels": {"app": "d"}}
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"spec": {"containers": [{"name": "c", "image": "i", "stdin": "yes"}]}},
+     "json: cannot unmarshal string into Go struct field Container.spec.containers.stdin of type bool"),
+    ({"spec": {"containers": "nginx"}},
+     "json: cannot unmarshal string into Go struct field PodSpec.spec.containers of type []v1.Container"),
+    ({"spec": {"containers": [{"name": "c", "image": "i", "command": ["sh", True]}]}},
+     "json: cannot unmarshal bool into Go struct field Container.spec.containers.command of type string"),
+    ({"metadata": {"labels": {"on": True}}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+     "json: cannot unmarshal bool into Go struct field ObjectMeta.metadata.labels of type string"),
+    ({"spec": {"containers": [{"name": "c", "image": "i"}]}, "status": {"podIPs": [True]}},
+     "json: cannot unmarshal bool into Go struct field PodStatus.status.podIPs of type v1.PodIP"),
+])
+async def test_a_value_of_the_wrong_json_type_is_refused_as_gos_decoder_refuses_it(
+        rest: Rest, body: dict[str, Any], message: str) -> None:
+    metadata = {"name": "typed", **(body.get("metadata") or {})}
+    status, doc = await rest.call("POST", "/api/v1/namespaces/default/pods", {**body, "metadata": metadata})
+    assert (status, doc["reason"], doc["message"]) == (
+        400, "BadRequest", f'Pod in version "v1" cannot be handled as a Pod: {message}')
+    assert await rest.status_of("GET", "/api/v1/namespaces/default/pods/typed") == 404
+
+
+async def test_a_status_update_of_the_wrong_type_is_refused_and_the_replica_count_too(rest: Rest) -> None:
+    created = await rest.ok("POST", DEPLOYS, deployment("typed"))
+    status, doc = await rest.call("PUT", f"{DEPLOYS}/typed", {**created, "spec": {**created["spec"], "replicas": "3"}})
+    assert (status, doc["message"]) == (400, 'Deployment in version "v1" cannot be handled as a Deployment: json: '
+                                             "cannot unmarshal string into Go struct field DeploymentSpec.spec."
+                                             "replicas of type int32")
+    status, _ = await rest.call("PUT", f"{DEPLOYS}/typed/status",
+                                {**created, "status": {"replicas": "many"}})
+    assert status == 400
+    assert (await rest.ok("GET", f"{DEPLOYS}/typed"))["metadata"]["resourceVersion"] == \
+        created["metadata"]["resourceVersion"]
