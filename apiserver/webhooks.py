@@ -322,17 +322,18 @@ class Webhooks:
 
     def _session_now(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64, force_close=True))
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
         return self._session
 
     def _context(self, ca_bundle: Any) -> ssl.SSLContext:
         key = str(ca_bundle or "")
         ctx = self._contexts.get(key)
         if ctx is None:
-            ctx = ssl.create_default_context()
-            if key:
-                pem = base64.b64decode(key, validate=True).decode()
-                ctx.load_verify_locations(cadata=pem)
+            if key:  # only the bundle is trusted, as upstream (not the system roots, nor SSL_CERT_FILE's CA)
+                ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+                ctx.load_verify_locations(cadata=base64.b64decode(key, validate=True).decode())
+            else:
+                ctx = ssl.create_default_context()
             self._contexts[key] = ctx
         return ctx
 
