@@ -110,3 +110,15 @@ def test_protobuf_creates_quick(tmp_path: Path) -> None:
     assert set(doc["results"]) == {"json", "protobuf"}
     assert {"create", "create_per_cpu"} <= set(doc["ratios"])
     assert isinstance(doc["target"]["met"], bool)
+
+
+def test_webhook_writes_quick(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "webhook_writes.py"), "--quick", "--no-pin",
+                           "--results-dir", str(tmp_path)], cwd=REPO, check=False, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc: dict[str, Any] = json.loads((tmp_path / "webhook_writes.json").read_text())
+    assert doc["benchmark"] == "webhook_writes"
+    assert set(doc["results"]) == {"without", "with"}
+    assert all(r["errors"] == 0 and r["creates"] > 0 for r in doc["results"].values())
+    assert doc["ratios"]["with_vs_without"] > 0
