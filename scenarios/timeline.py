@@ -9,6 +9,8 @@ each other. Marks:
 * a circle: the apiserver delivered an event of the object to the lane's component (watch);
 * a diamond: the component recorded a Warning Event about one of the objects (for the scheduler,
   a failed scheduling attempt), labelled with its reason;
+* a triangle, in a lane of its webhook configuration: an admission webhook call about an object
+  (green allowed, blue patched, red denied or failed, orange failed but ignored by its policy);
 * colours: ADDED green, MODIFIED blue, DELETED red.
 
 Only the objects the scenario focused on are drawn (all pod, node and workload writes and the
@@ -36,6 +38,8 @@ ROW_H: Final = 13
 LANE_GAP: Final = 8
 COLORS: Final = {"ADDED": "#2a9d8f", "MODIFIED": "#457b9d", "DELETED": "#d62828"}
 WARN: Final = "#f77f00"
+WEBHOOK_COLORS: Final = {"allowed": "#2a9d8f", "patched": "#457b9d", "denied": "#d62828", "failed": "#d62828",
+                         "ignored": "#f77f00"}
 WINDOW_COLORS: Final = ("#f4a3a3", "#a3c4f4", "#b8e0a8", "#f4d9a3", "#d3b3f0")
 DEFAULT_RESOURCES: Final = frozenset({"pods", "nodes", "deployments", "replicasets"})
 LANE_ORDER: Final = ("scenario", "scheduler", "controller_manager", "kubelet")
@@ -84,6 +88,17 @@ def select_marks(history: Iterable[Record], *, focus: set[tuple[str, str]], even
             continue
         typ, res, key, ev = rec.get("type"), str(rec.get("resource") or ""), str(rec.get("key") or ""), \
             str(rec.get("event") or "")
+        if typ == "webhook":  # one admission webhook call: a lane per webhook configuration
+            if focus and (res.split("/", 1)[0], key) not in focus:
+                continue
+            outcome = str(rec.get("outcome") or "")
+            marks.append(Mark(time=t, lane=f"webhook {rec.get('configuration')}", row=res, shape="triangle",
+                              color=WEBHOOK_COLORS.get(outcome, "#555"),
+                              label="" if outcome in ("allowed", "patched") else outcome,
+                              tip=f"t={t - t_from:.2f}s {rec.get('webhook')} {outcome} {rec.get('operation')} "
+                                  f"{res} {key} in {float(rec.get('latency') or 0.0) * 1e3:.1f} ms"
+                                  + (f": {rec.get('error')}" if rec.get("error") else "")))
+            continue
         if typ not in ("write", "delivery"):
             continue
         if res == "events":
@@ -245,6 +260,9 @@ def render(*, history: Sequence[Record], title: str, verdict: str, t0: float, t_
         elif mk.shape == "circle":
             parts.append(f'<circle cx="{_fmt(cx)}" cy="{_fmt(cy)}" r="3.6" fill="{mk.color}" '
                          f'stroke="white" stroke-width="0.6">{tip}</circle>')
+        elif mk.shape == "triangle":
+            parts.append(f'<path d="M{_fmt(cx)} {_fmt(cy - 5)} L{_fmt(cx + 5)} {_fmt(cy + 4)} L{_fmt(cx - 5)} '
+                         f'{_fmt(cy + 4)} Z" fill="{mk.color}">{tip}</path>')
         else:
             parts.append(f'<path d="M{_fmt(cx)} {_fmt(cy - 5)} L{_fmt(cx + 5)} {_fmt(cy)} L{_fmt(cx)} '
                          f'{_fmt(cy + 5)} L{_fmt(cx - 5)} {_fmt(cy)} Z" fill="{mk.color}">{tip}</path>')
@@ -263,6 +281,8 @@ def render(*, history: Sequence[Record], title: str, verdict: str, t0: float, t_
         'write by the lane\'s component</span><span><svg width="10" height="10"><circle cx="5" cy="5" r="4" '
         'fill="#555"/></svg> watch delivery to the lane\'s component</span><span><svg width="12" height="12">'
         f'<path d="M6 1 L11 6 L6 11 L1 6 Z" fill="{WARN}"/></svg> Warning Event (e.g. FailedScheduling)</span>'
+        '<span><svg width="12" height="12"><path d="M6 1 L11 10 L1 10 Z" fill="#555"/></svg> admission webhook '
+        "call</span>"
         + "".join(f'<span style="color:{c}">&#9632; {e}</span>' for e, c in COLORS.items())
         + '<span style="background:#f4a3a3;opacity:.7">&nbsp;fault window&nbsp;</span>'
         '<span style="color:#6a040f">&#9482; key moment</span></div>')

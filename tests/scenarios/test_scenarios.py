@@ -108,6 +108,22 @@ def test_timeline_without_focus_shows_pod_and_node_changes() -> None:
     assert {m.row for m in marks} == {"nodes", "pods", "events"}
 
 
+def test_timeline_draws_admission_webhook_calls_in_a_lane_of_their_configuration() -> None:
+    calls = [{"index": 90, "time": 101.0, "type": "webhook", "configuration": "policy", "webhook": "deny.example.com",
+              "operation": "CREATE", "resource": "pods", "key": "default/web-0", "latency": 0.004,
+              "outcome": "denied"},
+             {"index": 91, "time": 102.0, "type": "webhook", "configuration": "policy", "webhook": "deny.example.com",
+              "operation": "CREATE", "resource": "pods", "key": "default/web-1", "latency": 1.0, "outcome": "ignored",
+              "error": "context deadline exceeded"}]
+    marks = timeline.select_marks([*HISTORY, *calls], focus=set(), events=EVENTS, t_from=0.0, t_to=None)
+    hooks = [m for m in marks if m.lane == "webhook policy"]
+    assert [(m.shape, m.row, m.label) for m in hooks] == [("triangle", "pods", "denied"),
+                                                          ("triangle", "pods", "ignored")]
+    assert "context deadline exceeded" in hooks[1].tip
+    page = timeline.render(history=[*HISTORY, *calls], title="t", verdict="v", t0=0.0)
+    assert "webhook policy" in page and "admission webhook call" in page
+
+
 def test_fault_windows_pair_inject_and_recover() -> None:
     ws = timeline.fault_windows(HISTORY, t_end=150.0)
     assert [(w.label, w.start, w.end) for w in ws] == [("fault hold-pods", 120.0, 130.0)]
