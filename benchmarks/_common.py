@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -473,6 +474,35 @@ def _fmt(v: Any) -> str:
             return "-"
         return f"{v:,.2f}" if abs(v) < 100 else f"{v:,.0f}"
     return str(v)
+
+
+async def closed_loop(port: int, next_request: Callable[[int], tuple[bytes, int]], *, duration: float,
+                      connections: int) -> dict[str, Any]:
+    """`connections` keep-alive clients sending requests back to back for `duration` wall seconds.
+
+    `next_request(i)` builds the i-th request (numbered across all clients) and the status that
+    counts it as done; anything else is an error. Returns ok, errors and the seconds taken.
+    """
+    counter = itertools.count()
+    ok = errors = 0
+    stop_at = time.perf_counter() + duration
+
+    async def client() -> None:
+        nonlocal ok, errors
+        conn = await HttpConnection.open(port)
+        try:
+            while time.perf_counter() < stop_at:
+                raw, want = next_request(next(counter))
+                if await conn.request(raw) == want:
+                    ok += 1
+                else:
+                    errors += 1
+        finally:
+            conn.close()
+
+    t = Timer()
+    await asyncio.gather(*(client() for _ in range(connections)))
+    return {"ok": ok, "errors": errors, "seconds": t.elapsed()}
 
 
 @dataclass

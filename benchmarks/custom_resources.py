@@ -42,9 +42,9 @@ from _common import (
     SENT_SLOT,
     HttpConnection,
     ServerProcess,
-    Timer,
     apply_nice,
     build_request,
+    closed_loop,
     encode,
     format_sent,
     machine,
@@ -140,41 +140,20 @@ def create_crd(port: int) -> None:
     raise RuntimeError("the CRD was not served within 10 s")
 
 
-async def closed_loop(port: int, resource: str, mode: str, prefix: str, duration: float, connections: int,
-                      pool: int) -> dict[str, Any]:
+async def writes(port: int, resource: str, mode: str, prefix: str, duration: float, connections: int,
+                 pool: int) -> dict[str, Any]:
     """`connections` clients writing back to back for `duration` s: creates of new names, or updates of the pool."""
     path, body_fn = BODIES[resource]
-    counter = iter(range(10**9))
-    ok = errors = 0
-    stop_at = time.perf_counter() + duration
 
-    async def client() -> None:
-        nonlocal ok, errors
-        conn = await HttpConnection.open(port)
-        try:
-            while time.perf_counter() < stop_at:
-                i = next(counter)
-                if mode == "create":
-                    name = f"{prefix}-{i:010d}"
-                    raw = build_request("POST", path, encode(body_fn(name, seq=str(i)), ENCODING), ENCODING)
-                    want = 201
-                else:
-                    name = f"{prefix}-{i % pool:010d}"
-                    # A new seq every time: a PUT equal to the stored object is a no-op, not a write.
-                    raw = build_request("PUT", f"{path}/{name}", encode(body_fn(name, seq=f"u{i}"), ENCODING),
-                                        ENCODING)
-                    want = 200
-                status = await conn.request(raw)
-                if status == want:
-                    ok += 1
-                else:
-                    errors += 1
-        finally:
-            conn.close()
+    def next_request(i: int) -> tuple[bytes, int]:
+        if mode == "create":
+            name = f"{prefix}-{i:010d}"
+            return build_request("POST", path, encode(body_fn(name, seq=str(i)), ENCODING), ENCODING), 201
+        name = f"{prefix}-{i % pool:010d}"
+        # A new seq every time: a PUT equal to the stored object is a no-op, not a write.
+        return build_request("PUT", f"{path}/{name}", encode(body_fn(name, seq=f"u{i}"), ENCODING), ENCODING), 200
 
-    t = Timer()
-    await asyncio.gather(*(client() for _ in range(connections)))
-    return {"ok": ok, "errors": errors, "seconds": t.elapsed()}
+    return await closed_loop(port, next_request, duration=duration, connections=connections)
 
 
 async def paced(port: int, resource: str, rate: float, duration: float, prefix: str) -> dict[str, Any]:
@@ -272,10 +251,10 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 for resource in order:
                     prefix = f"r{rnd}"
                     cpu0 = server.cpu_seconds()
-                    c = await closed_loop(server.port, resource, "create", prefix, args.duration,
+                    c = await writes(server.port, resource, "create", prefix, args.duration,
                                           args.connections, 0)
                     cpu1 = server.cpu_seconds()
-                    u = await closed_loop(server.port, resource, "update", prefix, args.duration, args.connections,
+                    u = await writes(server.port, resource, "update", prefix, args.duration, args.connections,
                                           max(1, c["ok"]))
                     cpu2 = server.cpu_seconds()
                     # The counting watchers share this process's loop: let them catch up first, or

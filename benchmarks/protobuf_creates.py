@@ -25,7 +25,6 @@ Run: `.venv/bin/python benchmarks/protobuf_creates.py [--quick]`.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import tempfile
 import time
@@ -37,10 +36,9 @@ import orjson
 from _common import (
     JSON_CT,
     NAME_SLOT,
-    HttpConnection,
     ServerProcess,
-    Timer,
     apply_nice,
+    closed_loop,
     machine,
     open_watch,
     pin,
@@ -86,31 +84,16 @@ def request(path: str, body: bytes, encoding: str) -> bytes:
     return head.encode() + body
 
 
-async def closed_loop(port: int, encoding: str, template: bytes, prefix: int, duration: float,
-                      connections: int) -> dict[str, Any]:
+async def creates(port: int, encoding: str, template: bytes, prefix: int, duration: float,
+                  connections: int) -> dict[str, Any]:
     """`connections` clients creating pods back to back for `duration` s."""
-    counter = iter(range(10**9))
     slot = NAME_SLOT.encode()
-    ok = errors = 0
-    stop_at = time.perf_counter() + duration
 
-    async def client() -> None:
-        nonlocal ok, errors
-        conn = await HttpConnection.open(port)
-        try:
-            while time.perf_counter() < stop_at:
-                name = b"%010d" % (prefix * 10**8 + next(counter))
-                status = await conn.request(request(POD_PATH, template.replace(slot, name), encoding))
-                if status == 201:
-                    ok += 1
-                else:
-                    errors += 1
-        finally:
-            conn.close()
+    def next_request(i: int) -> tuple[bytes, int]:
+        name = b"%010d" % (prefix * 10**8 + i)
+        return request(POD_PATH, template.replace(slot, name), encoding), 201
 
-    t = Timer()
-    await asyncio.gather(*(client() for _ in range(connections)))
-    return {"ok": ok, "errors": errors, "seconds": t.elapsed()}
+    return await closed_loop(port, next_request, duration=duration, connections=connections)
 
 
 def decode_cost(bodies: dict[str, bytes], n: int) -> dict[str, float]:
@@ -145,13 +128,13 @@ def measure(args: argparse.Namespace, workdir: Path, bodies: dict[str, bytes]) -
             out: dict[str, list[dict[str, Any]]] = {e: [] for e in ENCODINGS}
             # Warm up both paths (the protobuf tables are compiled on the first protobuf body).
             for encoding in ENCODINGS:
-                await closed_loop(server.port, encoding, bodies[encoding], 0, 0.3, 2)
+                await creates(server.port, encoding, bodies[encoding], 0, 0.3, 2)
             prefix = 0
             for rnd in range(args.rounds):
                 for encoding in (ENCODINGS if rnd % 2 == 0 else tuple(reversed(ENCODINGS))):
                     prefix += 1
                     cpu0 = server.cpu_seconds()
-                    r = await closed_loop(server.port, encoding, bodies[encoding], prefix, args.duration,
+                    r = await creates(server.port, encoding, bodies[encoding], prefix, args.duration,
                                           args.connections)
                     cpu = server.cpu_seconds() - cpu0
                     out[encoding].append({"creates_per_s": r["ok"] / r["seconds"],

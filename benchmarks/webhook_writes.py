@@ -19,7 +19,6 @@ Run: `.venv/bin/python benchmarks/webhook_writes.py [--quick]`.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import itertools
 import os
 import ssl
@@ -39,6 +38,7 @@ from _common import (
     apply_nice,
     build_request,
     child_env,
+    closed_loop,
     encode,
     machine,
     pin,
@@ -105,30 +105,15 @@ def start_webhook(tmp: Path, cores: set[int] | None) -> tuple[subprocess.Popen[b
 
 async def creates(port: int, seconds: float, connections: int, prefix: str) -> dict[str, Any]:
     """Create ConfigMaps for `seconds` over keep-alive connections: creates, errors, creates/s."""
-    counter = itertools.count()
-    ok = errors = 0
-    end = time.perf_counter() + seconds
 
-    async def client() -> None:
-        nonlocal ok, errors
-        conn = await HttpConnection.open(port)
-        try:
-            while time.perf_counter() < end:
-                i = next(counter)
-                body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{prefix}-{i:07d}"},
-                        "data": {"seq": str(i)}}
-                status = await conn.request(build_request("POST", CM_PATH, encode(body, "msgpack"), "msgpack"))
-                if status == 201:
-                    ok += 1
-                else:
-                    errors += 1
-        finally:
-            conn.close()
+    def next_request(i: int) -> tuple[bytes, int]:
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{prefix}-{i:07d}"},
+                "data": {"seq": str(i)}}
+        return build_request("POST", CM_PATH, encode(body, "msgpack"), "msgpack"), 201
 
-    t0 = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(connections)))
-    elapsed = time.perf_counter() - t0
-    return {"creates": ok, "errors": errors, "seconds": elapsed, "creates_per_s": ok / elapsed}
+    done = await closed_loop(port, next_request, duration=seconds, connections=connections)
+    return {"creates": done["ok"], "errors": done["errors"], "seconds": done["seconds"],
+            "creates_per_s": done["ok"] / done["seconds"]}
 
 
 async def json_call(port: int, method: str, path: str, body: Any = None) -> int:
