@@ -227,32 +227,55 @@ def _fits(check: tuple[str, frozenset[type], str], value: Any) -> bool:
     return type(value) is dict and all(v is None or type(v) in accepted for v in value.values())
 
 
+@cache
+def _scalar_checks(type_name: str) -> tuple[dict[str, frozenset[type]], dict[str, tuple[str, frozenset[type], str]]]:
+    """`_checks` split for the fast path: (scalar field -> accepted JSON types, every other check)."""
+    checks = _checks(type_name)
+    ones = {k: c[1] for k, c in checks.items() if c[0] == "one"}
+    return ones, {k: c for k, c in checks.items() if c[0] != "one"}
+
+
 def _clean(value: Mapping[str, Any], type_name: str) -> bool:
     """Whether a typed decode would leave `value` as it is (no unknown field, no null, no wrong type)."""
     fields = _schema()[1].get(type_name)
     if fields is None:
         return True
-    checks = _checks(type_name)
+    ones, others = _scalar_checks(type_name)
     for key, sub in value.items():
         code = fields.get(key)
         if code is None or sub is None:
             return False
-        check = checks.get(key)
-        if check is not None and not _fits(check, sub):
-            return False
+        accepted = ones.get(key)
+        if accepted is not None:  # a scalar (its code is ""): the common case, one type test
+            if type(sub) not in accepted and not (type(sub) is float and int in accepted and sub.is_integer()):
+                return False
+            continue
+        check = others.get(key)
+        if check is not None:
+            shape = check[0]
+            if shape in ("obj", "objmap"):  # the container's type here; its items are walked below
+                if type(sub) is not dict:
+                    return False
+            elif shape == "objs":
+                if type(sub) is not list:
+                    return False
+            elif not _fits(check, sub):
+                return False
         if not code:
             continue
         head = code[0]
         if head == "[":
             if len(code) > 1 and isinstance(sub, list):
                 rest = code[1:]
-                if not all(_clean(item, rest) for item in sub if isinstance(item, dict)):
-                    return False
+                for item in sub:  # a struct each (a null is its zero value); anything else is Go's 400
+                    if item is not None and (type(item) is not dict or not _clean(item, rest)):
+                        return False
         elif head == "{":
             if len(code) > 1 and isinstance(sub, dict):
                 rest = code[1:]
-                if not all(_clean(item, rest) for item in sub.values() if isinstance(item, dict)):
-                    return False
+                for item in sub.values():
+                    if item is not None and (type(item) is not dict or not _clean(item, rest)):
+                        return False
         elif isinstance(sub, dict) and not _clean(sub, code):
             return False
     return True
