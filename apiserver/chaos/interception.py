@@ -217,11 +217,7 @@ class RequestChaos:
         sel = f.spec.match
         if sel.verbs and info.verb not in sel.verbs:
             return False
-        if not sel.matches_resource(info.kind.plural, info.sub):
-            return False
-        if sel.namespace is not None and info.namespace != sel.namespace:
-            return False
-        return sel.name is None or info.name == sel.name
+        return sel.matches_target(plural=info.kind.plural, sub=info.sub, namespace=info.namespace, name=info.name)
 
     def _latency(self, f: Fault) -> float:
         p = f.spec.params

@@ -165,6 +165,14 @@ class Selector:
                 return True
         return False
 
+    def matches_target(self, *, plural: str, sub: str | None, namespace: str | None, name: str | None) -> bool:
+        """Whether the resource, namespace and name a request (or a webhook call) is about are selected."""
+        if not self.matches_resource(plural, sub):
+            return False
+        if self.namespace is not None and namespace != self.namespace:
+            return False
+        return self.name is None or name == self.name
+
     def matches_object(self, obj: dict[str, Any] | None, prev: dict[str, Any] | None = None) -> bool:
         """Namespace, name and field conditions against an object."""
         md = (obj or {}).get("metadata") or {}

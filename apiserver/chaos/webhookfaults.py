@@ -71,8 +71,5 @@ def _hits(f: Fault, *, configuration: str, webhook: str, attrs: Attributes) -> b
         return False
     if m.verbs and attrs.operation not in {WEBHOOK_OPERATIONS[v] for v in m.verbs}:
         return False
-    if not m.matches_resource(attrs.kind.plural, attrs.subresource):
-        return False
-    if m.namespace is not None and attrs.namespace != m.namespace:
-        return False
-    return m.name is None or attrs.name == m.name
+    return m.matches_target(plural=attrs.kind.plural, sub=attrs.subresource, namespace=attrs.namespace,
+                            name=attrs.name)
