@@ -360,6 +360,27 @@ def apiserver_launcher() -> LaunchApiServer:
     return launch_apiserver
 
 
+# Test files that use the Docker engine, its published port 6443 or the image build: under
+# pytest-xdist (`scripts/test` runs the suite on several workers) they all go to one worker,
+# one after another, so that two compose stacks never race for the port or the image.
+DOCKER_GROUP_FILES: frozenset[str] = frozenset({
+    "tests/compose/test_compose_stack.py",
+    "tests/docs/test_documented_commands.py",
+    "tests/packaging/test_wheel.py",
+    "tests/plugin/test_plugin_compose_mode.py",
+    "tests/plugin/test_plugin_examples.py",
+    "tests/plugin/test_plugin_scopes.py",
+    "tests/kubelet/test_kubelet_lifecycle.py",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put the Docker tests into one xdist group (see DOCKER_GROUP_FILES)."""
+    for item in items:
+        if item.path.relative_to(REPO_ROOT).as_posix() in DOCKER_GROUP_FILES:
+            item.add_marker(pytest.mark.xdist_group("docker"))
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item,
                               call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
