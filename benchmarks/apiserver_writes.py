@@ -42,6 +42,7 @@ from _common import (
     ENCODINGS,
     NAME_SLOT,
     PYTHON,
+    RESULTS_DIR,
     SEQ_SLOT,
     HttpConnection,
     ServerProcess,
@@ -61,6 +62,7 @@ from _common import (
     table,
     write_results,
 )
+from profiling import format_split, maybe_sample, merge_splits, split
 
 PHASES: Final = ("create", "update", "mixed")
 SEQ_KEY: Final = "bench.kubemesh.io/seq"
@@ -361,8 +363,12 @@ def measure_server(kind: str, encoding: str, args: argparse.Namespace, wrk: str 
             before = watchers.report()["events"]
             cpu0 = server.cpu_seconds()
             ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            profile = None
+            if args.profile_dir is not None and kind == "apiserver":  # kept: flame-graph data for a closer look
+                profile = args.profile_dir / f"{kind}-{encoding}-{mode}-{server.port}.raw"
             t = Timer()
-            r = load(mode, i, args.duration)
+            with maybe_sample(server.proc.pid, profile):
+                r = load(mode, i, args.duration)
             wall = t.elapsed()
             ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu1 = server.cpu_seconds()
@@ -381,6 +387,9 @@ def measure_server(kind: str, encoding: str, args: argparse.Namespace, wrk: str 
                 "watchers_open": rep["open"],
                 "server_rss_mb": server.rss_mb(),
             }
+            if profile is not None:
+                phases[mode]["profile"] = split(profile)
+                print(f"  {'':24s} {encoding:8s} {mode:7s} profile: {format_split(phases[mode]['profile'])}")
             print(f"  {kind:24s} {encoding:8s} {mode:7s} {phases[mode]['writes_per_s']:9,.0f} writes/s  "
                   f"server cpu {phases[mode]['server_cpu']:.0%}  drain {drain:.2f}s  "
                   f"watch events {min(got, default=0)}/{r['ok']}", flush=True)
@@ -406,6 +415,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "watch_events_min": sum(r["watch_events_min"] for r in runs),
         "watchers_open": min(r["watchers_open"] for r in runs),
         "server_rss_mb": max(r["server_rss_mb"] for r in runs),
+        **({"profile": merge_splits([r["profile"] for r in runs])} if all("profile" in r for r in runs) else {}),
     }
 
 
@@ -432,6 +442,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--nice", type=int, default=0,
                    help="niceness for the benchmark's processes (negative needs root: less noise from other work)")
     p.add_argument("--results-dir", type=Path, default=None, help="where to write apiserver_writes.json")
+    p.add_argument("--profile", action="store_true",
+                   help="sample the apiserver with py-spy during every phase and report where its busy time "
+                        "went (decode, validate, admission, fields, store, encode, fan-out, http)")
     # Internal roles (child processes).
     p.add_argument("--role", choices=("driver", "watchers", "pyload"), default="driver", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -468,6 +481,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     apply_nice(args.nice)
     args.cores = (None, None) if args.no_pin else server_cores()
+    args.profile_dir = None
+    if args.profile:
+        args.profile_dir = (args.results_dir or RESULTS_DIR) / "apiserver_writes-profiles"
+        args.profile_dir.mkdir(parents=True, exist_ok=True)
     servers = [s.strip() for s in args.servers.split(",") if s.strip()]
     wrk = None if args.client == "python" else find_wrk(install=not args.no_install)
     if args.client == "wrk" and wrk is None:
