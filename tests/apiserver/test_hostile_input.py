@@ -469,7 +469,7 @@ async def test_a_generate_name_that_cannot_start_a_name_is_a_422(api: Api) -> No
 
 @pytest.mark.parametrize(("encoding", "body"), [
     ("deflate", b"{}"), ("gzip", b"{}"), ("br", b"{}"), ("gzip, x-unknown", b"{}"),
-    ("gzip", gzip.compress(b"{}") + b"trailing"),
+    ("gzip", gzip.compress(b"{}", mtime=0) + b"trailing"),
 ])
 async def test_a_short_body_its_content_encoding_does_not_match_gets_a_status(api: Api, encoding: str,
                                                                             body: bytes) -> None:
