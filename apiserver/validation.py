@@ -227,56 +227,71 @@ def _fits(check: tuple[str, frozenset[type], str], value: Any) -> bool:
     return type(value) is dict and all(v is None or type(v) in accepted for v in value.values())
 
 
+_Entry = tuple[str, "frozenset[type] | None", str, "tuple[str, frozenset[type], str] | None"]
+
+
 @cache
-def _scalar_checks(type_name: str) -> tuple[dict[str, frozenset[type]], dict[str, tuple[str, frozenset[type], str]]]:
-    """`_checks` split for the fast path: (scalar field -> accepted JSON types, every other check)."""
+def _fast_table(type_name: str) -> dict[str, _Entry] | None:
+    """The fast path's one lookup per field; None for a type with no schema.
+
+    field -> (schema code, accepted JSON types of a scalar or None, shape of any other check or
+    "", that check or None).
+    """
+    fields = _schema()[1].get(type_name)
+    if fields is None:
+        return None
     checks = _checks(type_name)
-    ones = {k: c[1] for k, c in checks.items() if c[0] == "one"}
-    return ones, {k: c for k, c in checks.items() if c[0] != "one"}
+    table: dict[str, _Entry] = {}
+    for key, code in fields.items():
+        check = checks.get(key)
+        if check is not None and check[0] == "one":
+            table[key] = (code, check[1], "", None)
+        elif check is not None:
+            table[key] = (code, None, check[0], check)
+        else:
+            table[key] = (code, None, "", None)
+    return table
 
 
 def _clean(value: Mapping[str, Any], type_name: str) -> bool:
     """Whether a typed decode would leave `value` as it is (no unknown field, no null, no wrong type)."""
-    fields = _schema()[1].get(type_name)
-    if fields is None:
+    table = _fast_table(type_name)
+    if table is None:
         return True
-    ones, others = _scalar_checks(type_name)
     for key, sub in value.items():
-        code = fields.get(key)
-        if code is None or sub is None:
+        entry = table.get(key)
+        if entry is None or sub is None:
             return False
-        accepted = ones.get(key)
+        code, accepted, shape, check = entry
         if accepted is not None:  # a scalar (its code is ""): the common case, one type test
             if type(sub) not in accepted and not (type(sub) is float and int in accepted and sub.is_integer()):
                 return False
             continue
-        check = others.get(key)
-        if check is not None:
-            shape = check[0]
+        if shape:
             if shape in ("obj", "objmap"):  # the container's type here; its items are walked below
                 if type(sub) is not dict:
                     return False
             elif shape == "objs":
                 if type(sub) is not list:
                     return False
-            elif not _fits(check, sub):
+            elif check is not None and not _fits(check, sub):
                 return False
         if not code:
             continue
         head = code[0]
         if head == "[":
-            if len(code) > 1 and isinstance(sub, list):
+            if len(code) > 1 and type(sub) is list:
                 rest = code[1:]
                 for item in sub:  # a struct each (a null is its zero value); anything else is Go's 400
                     if item is not None and (type(item) is not dict or not _clean(item, rest)):
                         return False
         elif head == "{":
-            if len(code) > 1 and isinstance(sub, dict):
+            if len(code) > 1 and type(sub) is dict:
                 rest = code[1:]
                 for item in sub.values():
                     if item is not None and (type(item) is not dict or not _clean(item, rest)):
                         return False
-        elif isinstance(sub, dict) and not _clean(sub, code):
+        elif type(sub) is dict and not _clean(sub, code):
             return False
     return True
 

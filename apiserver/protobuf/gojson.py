@@ -59,38 +59,65 @@ class MalformedQuantity(ValueError):
     """A quantity field holds a string that is no quantity."""
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+_KNOWN_GOOD: set[str] = set()
+"""Quantity strings that parsed before (few distinct values recur: "100m", "64Mi"...): a set
+lookup instead of a parse on every write. Bounded: cleared when it reaches `_KNOWN_GOOD_MAX`."""
+_KNOWN_GOOD_MAX: Final = 4096
 
 
-def _value(value: Any, what: str) -> Any:
-    if what == "q":
-        if _number(value):
-            return canonical_quantity(value)
-        if isinstance(value, str):
+def _quantity(value: Any) -> Any:
+    kind = type(value)
+    if kind is str:
+        if value not in _KNOWN_GOOD:
             try:
                 parse_quantity(value)
             except (ValueError, ArithmeticError):
                 raise MalformedQuantity(value) from None
+            if len(_KNOWN_GOOD) >= _KNOWN_GOOD_MAX:
+                _KNOWN_GOOD.clear()
+            _KNOWN_GOOD.add(value)
         return value
-    return _walk(value, what) if isinstance(value, dict) else value
+    if kind is int or kind is float:
+        return canonical_quantity(value)
+    return value  # another JSON type: the per-kind checks answer it (a 422)
+
+
+def _value(value: Any, what: str) -> Any:
+    if what == "q":
+        return _quantity(value)
+    return _walk(value, what) if type(value) is dict else value
 
 
 def _walk(obj: dict[str, Any], message: str) -> dict[str, Any]:
+    # The common case changes nothing: no copy is made until a value changes.
     changed: dict[str, Any] | None = None
     for json, shape, what in _plan(message):
         sub = obj.get(json)
         if sub is None:
             continue
         new: Any = sub
-        if shape == "list" and isinstance(sub, list):
-            items = [_value(item, what) for item in sub]
-            if any(a is not b for a, b in zip(items, sub, strict=True)):
-                new = items
-        elif shape == "map" and isinstance(sub, dict):
-            entries = {k: _value(item, what) for k, item in sub.items()}
-            if any(entries[k] is not sub[k] for k in sub):
-                new = entries
+        if shape == "list":
+            if type(sub) is list:
+                items: list[Any] | None = None
+                for i, item in enumerate(sub):
+                    value = _value(item, what)
+                    if value is not item:
+                        if items is None:
+                            items = list(sub)
+                        items[i] = value
+                if items is not None:
+                    new = items
+        elif shape == "map":
+            if type(sub) is dict:
+                entries: dict[str, Any] | None = None
+                for key, item in sub.items():
+                    value = _value(item, what)
+                    if value is not item:
+                        if entries is None:
+                            entries = dict(sub)
+                        entries[key] = value
+                if entries is not None:
+                    new = entries
         elif shape in ("val", "ptr"):
             new = _value(sub, what)
         if new is not sub:
