@@ -33,6 +33,9 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
     p.add_argument("--watch-window", type=int, default=WatchSettings().window,
                    help="events kept per resource for watches, stale reads and list pages at an older "
                         "revision (default 10000)")
+    p.add_argument("--watch-flush-interval", type=float, default=WatchSettings().flush_interval,
+                   help="most wall seconds a live event waits, beyond the end of its loop iteration, to be "
+                        f"written to its watchers with others (default {WatchSettings().flush_interval:g})")
     p.add_argument("--service-cluster-ip-range", default=DEFAULT_SERVICE_CIDR,
                    help=f"CIDR of Services' cluster IPs (default {DEFAULT_SERVICE_CIDR})")
     p.add_argument("--service-node-port-range", default=DEFAULT_NODE_PORT_RANGE,
@@ -48,6 +51,8 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
         token = Path(a.token_file).read_text().strip() or None
     if bool(a.tls_cert_file) != bool(a.tls_private_key_file):
         p.error("--tls-cert-file and --tls-private-key-file go together")
+    if a.watch_flush_interval < 0:
+        p.error("--watch-flush-interval must not be negative")
     if a.watch_queue < 1:
         p.error("--watch-queue must be at least 1")
     try:
@@ -62,7 +67,8 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
     return ServerSettings(host=a.host, port=a.port, data_dir=a.data_dir, fsync=a.fsync, token=token,
                           clock_rate=a.clock_rate, seed=a.seed, tls_cert=a.tls_cert_file,
                           tls_key=a.tls_private_key_file,
-                          watch=WatchSettings(max_queue=a.watch_queue, window=a.watch_window),
+                          watch=WatchSettings(max_queue=a.watch_queue, window=a.watch_window,
+                                              flush_interval=a.watch_flush_interval),
                           service_cluster_ip_range=a.service_cluster_ip_range,
                           service_node_port_range=a.service_node_port_range, advertise_address=a.advertise_address,
                           system_pods=a.system_pods)

@@ -18,9 +18,13 @@ What a watch promises (the Kubernetes watch-cache contract, kept here):
 Fan-out cost: a live event is not handed to one task per watcher. Once a watcher has sent
 its initial state and has nothing queued, its stream goes *direct*: new items are queued and
 the watcher is marked dirty in the hub's `Flusher`, which, once per flush, writes every dirty
-watcher's backlog to its connection as one chunk, synchronously. Flushes are coalesced: at
-most one per `WatchSettings.flush_interval` (an idle hub flushes at the end of the current
-loop iteration), so under load a watcher gets one write per interval instead of one task
+watcher's backlog to its connection as one chunk, synchronously. Flushes are driven by
+readiness and bounded in duty cycle: the next flush runs at the end of the current loop
+iteration (after whatever else was ready, so one iteration's events share one write per
+watcher) unless the last flush ended less than its own duration ago, in which case it waits
+out that gap (never longer than `WatchSettings.flush_interval`). An idle hub therefore
+delivers at once, and a hub whose flushes get expensive (many watchers, big backlogs) spends
+at most about half its time flushing, writing bigger chunks less often, instead of one task
 wake-up and one write per event. The stream's task wakes only to close, to send a bookmark,
 or when the connection's buffer is full; it then takes the queue back (awaiting the drain)
 and goes direct again once the queue is empty. Both paths pop the same queue and write
@@ -164,8 +168,9 @@ class WatchSettings:
     batch: int = 512
     """Frames joined into one write when a watcher has a backlog."""
     flush_interval: float = 0.005
-    """Wall seconds between two flushes of the direct writers (see the module docstring): the
-    most a live event waits before its write, traded for one write per watcher per interval."""
+    """The longest gap between two flushes of the direct writers (see the module docstring):
+    the most a live event waits for its write beyond the end of its loop iteration. A flush
+    waits only as long as the previous one took, up to this."""
 
 
 Item = tuple[str, Event, bool]
@@ -232,12 +237,13 @@ class ChunkMemo:
 
 
 class Flusher:
-    """Coalesces the direct writes of every watcher of a hub.
+    """Coalesces the direct writes of every watcher of a hub (see the module docstring).
 
     `mark` records a watcher with new items and schedules a flush if none is pending: at the
-    end of this loop iteration when the last flush is older than `interval`, else when the
-    interval is over. A flush writes each marked watcher's backlog as one chunk, in the order
-    the watchers were marked (each watcher's own items stay in revision order).
+    end of this loop iteration, or, when the last flush ended less than its own duration ago,
+    once that gap is over (capped at `interval`). A flush writes each marked watcher's backlog
+    as one chunk, in the order the watchers were marked (each watcher's own items stay in
+    revision order).
     """
 
     def __init__(self, *, interval: float) -> None:
@@ -245,7 +251,8 @@ class Flusher:
         self.memo = ChunkMemo()
         self._dirty: dict[Watcher, None] = {}
         self._handle: asyncio.Handle | asyncio.TimerHandle | None = None
-        self._last = float("-inf")
+        self._ready_at = float("-inf")
+        """Loop time before which no flush starts: the last flush's end plus its duration."""
         self.flushes = 0
 
     def mark(self, w: Watcher) -> None:
@@ -253,19 +260,22 @@ class Flusher:
         self._dirty[w] = None
         if self._handle is None:
             loop = asyncio.get_running_loop()
-            delay = self._last + self.interval - loop.time()
+            delay = self._ready_at - loop.time()
             self._handle = loop.call_later(delay, self.flush) if delay > 0 else loop.call_soon(self.flush)
 
     def flush(self) -> None:
         """Write every marked watcher's backlog (the scheduled callback; tests call it too)."""
         self._handle = None
-        self._last = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         self.flushes += 1
         dirty, self._dirty = self._dirty, {}
         try:
             self._flush_each(dirty)
         finally:
             self.memo.clear()
+            ended = loop.time()
+            self._ready_at = ended + min(ended - started, self.interval)
 
     def _flush_each(self, dirty: dict[Watcher, None]) -> None:
         for w in dirty:
