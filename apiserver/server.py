@@ -45,6 +45,7 @@ from kubemesh.apiserver.serving import (
     render_status,
 )
 from kubemesh.apiserver.settings import ServerSettings
+from kubemesh.apiserver.storage import StoreWriteError
 from kubemesh.services.machinery.certs import server_context
 from kubemesh.services.machinery.clock import component_rng
 from kubemesh.services.process.gctuning import SurvivorFreezer
@@ -91,6 +92,8 @@ def build_app(core: ApiserverCore) -> web.Application:
                 WRITER.reset(writer)
         except errors.StatusError as exc:
             resp = render_status(request, exc)
+        except StoreWriteError as exc:  # the append failed: the write was not applied
+            resp = render_status(request, errors.storage_failure(str(exc)))
         except web.HTTPException as exc:
             if exc.status == 413:
                 resp = render_status(request, errors.too_large(MAX_BODY))
@@ -111,7 +114,13 @@ def build_app(core: ApiserverCore) -> web.Application:
             resp = render_status(request, errors.internal(type(exc).__name__))
         verb = request.get(VERB)  # set once a resource path was resolved
         if verb in _WRITE_VERBS and resp.status < 400 and not resp.prepared:
-            await _send_committed(request, resp, lost=core.metrics.responses_lost, verb=verb)
+            try:
+                # Acknowledged only once durable: with fsync, after the group commit covering it.
+                await store.flush()
+            except StoreWriteError as exc:
+                resp = render_status(request, errors.storage_failure(str(exc)))
+            else:
+                await _send_committed(request, resp, lost=core.metrics.responses_lost, verb=verb)
         elapsed = loop.time() - started
         if verb is not None:
             observe(verb=verb, resource=request.get(RESOURCE, ""), code=resp.status, seconds=elapsed)
