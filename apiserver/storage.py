@@ -177,7 +177,7 @@ class Files:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            self.sync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -222,9 +222,8 @@ def decode_record(line: bytes) -> Record | None:
     """A record from one line (without its newline); None when it fails its checksum or shape."""
     if len(line) < 12 or line[8:9] != b" ":
         return None
-    try:
-        crc = int(line[:8], 16)
-    except ValueError:
+    crc = _hex8(line[:8])
+    if crc is None:
         return None
     body = line[9:]
     if zlib.crc32(body) != crc:
@@ -239,6 +238,14 @@ def decode_record(line: bytes) -> Record | None:
             and (doc.get("obj") is None or isinstance(doc["obj"], dict))):
         return None
     return Record(rv, doc["resource"], doc["key"], doc.get("obj"))
+
+
+_HEX: Final = frozenset(b"0123456789abcdef")
+
+
+def _hex8(text: bytes) -> int | None:
+    """Eight lowercase hex digits (as written: `int` alone would take `A` for `a`, a flipped bit)."""
+    return int(text, 16) if len(text) == 8 and _HEX.issuperset(text) else None
 
 
 def encode_snapshot(*, revision: int, objects: Iterable[tuple[str, Obj]]) -> bytes:
@@ -259,9 +266,11 @@ def decode_snapshot(data: bytes, *, path: Path) -> tuple[int, list[tuple[str, Ob
     if len(header) != 4 or header[0] != SNAPSHOT_MAGIC:
         raise bad("the snapshot's header is damaged")
     try:
-        crc, revision, length = int(header[1], 16), int(header[2]), int(header[3])
+        crc, revision, length = _hex8(header[1]), int(header[2]), int(header[3])
     except ValueError:
         raise bad("the snapshot's header is damaged") from None
+    if crc is None:
+        raise bad("the snapshot's header is damaged")
     body = data[end + 1:]
     if len(body) != length:
         raise bad(f"the snapshot holds {len(body)} bytes where its header says {length}", end + 1)
@@ -311,6 +320,8 @@ def scan(*, snapshot: bytes | None, log_data: bytes, snapshot_path: Path, log_pa
         end = log_data.find(b"\n", pos)
         whole = end >= 0
         rec = decode_record(log_data[pos:end] if whole else log_data[pos:])
+        if rec is None and not whole and (rec := decode_record(log_data[pos:-1])) is not None:
+            size -= 1  # a whole last record whose newline is damaged: kept, the newline written again
         if rec is None:
             if not whole:  # a torn last record: the process died appending it, it was never acknowledged
                 out.torn = size - pos
@@ -319,13 +330,16 @@ def scan(*, snapshot: bytes | None, log_data: bytes, snapshot_path: Path, log_pa
                                       why="a record fails its checksum")
             break
         expected = snap_rev + 1 if prev is None else prev + 1
-        if rec.rv != expected and not (prev is None and rec.rv <= snap_rev):
+        floor = rec.resource == ""  # a revision floor: revisions jump to it (see `LogBackend.load`)
+        if (rec.rv < expected if floor else rec.rv != expected) and not (prev is None and rec.rv <= snap_rev):
             out.damage = StoreCorrupt(path=log_path, offset=pos, last_good=out.revision,
                                       why=f"a gap in revisions (revision {rec.rv} where {expected} was due)")
             break
         prev = rec.rv
         if rec.rv > snap_rev:  # older records are already in the snapshot
-            if rec.obj is None:
+            if floor:
+                out.revision = rec.rv
+            elif rec.obj is None:
                 out.state.pop((rec.resource, rec.key), None)
             else:
                 out.state[(rec.resource, rec.key)] = rec.obj
@@ -403,11 +417,12 @@ class LogBackend:
 
     SNAPSHOT: Final = "store.snapshot"
     LOG: Final = "store.log"
+    LEASE: Final = "store.lease"
     OLD_SNAPSHOT: Final = "snapshot.json"
     OLD_LOG: Final = "log.jsonl"
 
     def __init__(self, data_dir: str | Path, *, fsync: bool = True, compact_every: int = 20_000,
-                 files: Files | None = None) -> None:
+                 files: Files | None = None, lease: int = 10_000) -> None:
         self.dir = Path(data_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
@@ -427,6 +442,10 @@ class LogBackend:
         self._sync_failed: OSError | None = None
         self.syncs = 0
         """fdatasync calls made by group commit (each covers a batch of writes)."""
+        self.lease = lease
+        """Revisions reserved at a time in `store.lease` (fsync mode; see `load`)."""
+        self._leased = 0
+        """The highest revision `store.lease` allows to be handed out."""
 
     @property
     def snapshot_path(self) -> Path:
@@ -437,6 +456,27 @@ class LogBackend:
     def log_path(self) -> Path:
         """The log file."""
         return self.dir / self.LOG
+
+    @property
+    def lease_path(self) -> Path:
+        """The revision lease."""
+        return self.dir / self.LEASE
+
+    def _read_lease(self, last_good: int) -> int | None:
+        raw = self.files.read(self.lease_path)
+        if raw is None:
+            return None
+        parts = raw.rstrip(b"\n").split(b" ")
+        crc = _hex8(parts[0]) if len(parts) == 2 else None
+        if crc is None or not parts[1].isdigit() or zlib.crc32(parts[1]) != crc:
+            raise StoreCorrupt(path=self.lease_path, offset=0, last_good=last_good,
+                               why="the revision lease is damaged")
+        return int(parts[1])
+
+    def _write_lease(self, revision: int) -> None:
+        text = b"%d" % revision
+        self.files.replace(self.lease_path, b"%08x %s\n" % (zlib.crc32(text), text))
+        self._leased = revision
 
     def load(self) -> tuple[int, list[tuple[str, Obj]]]:
         """Check the snapshot and the log, replay them, and open the log for appending.
@@ -455,15 +495,30 @@ class LogBackend:
             log.warning("cut off a torn last record (the process stopped while appending it; it was never "
                         "acknowledged)", path=str(self.log_path), offset=found.log_end, bytes=found.torn,
                         last_good_revision=found.revision)
+        if found.log_end < len(data):
             self.files.truncate(fd, found.log_end)
         self._size = found.log_end
         if found.add_newline:
             self._write_all(fd, b"\n")
             self._size += 1
-        if found.torn or found.add_newline:
+        revision = found.revision
+        leased = self._read_lease(revision)
+        if leased is not None and leased > revision:
+            # The last run did not close cleanly, and in fsync mode a write is published to
+            # watchers before its fdatasync: revisions up to the lease may have been seen in
+            # writes a machine crash took back. A floor record jumps past all of them, durably,
+            # before any new revision is handed out.
+            floor = encode_record(rv=leased, resource="", key="", obj=None)
+            self._write_all(fd, floor)
+            self._size += len(floor)
+            log.warning("the last run did not stop cleanly: revisions continue above its revision lease",
+                        path=str(self.log_path), recovered_revision=revision, next_revision=leased + 1)
+            revision = leased
+        if found.torn or found.add_newline or revision != found.revision:
             self.files.sync(fd)
-        self._written = self._durable = found.revision
-        return found.revision, [(res, obj) for (res, _), obj in found.state.items()]
+        self._leased = max(leased or 0, revision)
+        self._written = self._durable = revision
+        return revision, [(res, obj) for (res, _), obj in found.state.items()]
 
     def repair(self) -> RepairReport | None:
         """Truncate the store at its first damage (None when there is none).
@@ -477,8 +532,24 @@ class LogBackend:
         snapshot = self.files.read(self.snapshot_path)
         found = scan(snapshot=snapshot, log_data=data, snapshot_path=self.snapshot_path, log_path=self.log_path)
         damage = found.damage
+        try:
+            leased = self._read_lease(found.revision) or 0
+        except StoreCorrupt as exc:
+            if damage is None:
+                damage = exc
+            leased = -1  # unreadable: every revision it may have reserved is skipped below
         if damage is None:
             return None
+        if damage.path == self.lease_path:
+            floor = found.revision + self.lease
+            kept_state = [(res, obj) for (res, _), obj in found.state.items()]
+            self.files.replace(self.snapshot_path, encode_snapshot(revision=floor, objects=kept_state))
+            self.files.replace(self.log_path, b"")
+            self._write_lease(floor)
+            report = RepairReport(path=damage.path, offset=0, last_good=found.revision, floor=floor, dropped_bytes=0,
+                                  dropped_records=0, kept_objects=len(kept_state), saved_as=self.lease_path)
+            log.warning("store repaired", report=report.summary())
+            return report
         if damage.path == self.snapshot_path:
             assert snapshot is not None
             # Nothing in a damaged snapshot can be trusted, nor the log that continues it.
@@ -498,10 +569,13 @@ class LogBackend:
             dropped, records = len(tail), len([line for line in tail.split(b"\n") if line])
             state = [(res, obj) for (res, _), obj in found.state.items()]
             kept = len(state)
+        floor = max(floor, leased) if leased >= 0 else floor + self.lease
         # The snapshot first: once it is in place, the log's records are all at or below its
         # revision (skipped on replay), so a crash before the truncation below loses nothing.
         self.files.replace(self.snapshot_path, encode_snapshot(revision=floor, objects=state))
         self.files.replace(self.log_path, b"")
+        if self.files.read(self.lease_path) is not None:
+            self._write_lease(floor)
         report = RepairReport(path=damage.path, offset=offset, last_good=damage.last_good, floor=floor,
                               dropped_bytes=dropped, dropped_records=records, kept_objects=kept, saved_as=saved)
         log.warning("store repaired", report=report.summary())
@@ -581,6 +655,12 @@ class LogBackend:
             except OSError as exc:
                 raise StoreWriteError(f"store: write failed: {_describe(exc)}") from exc
             self._cut_pending = False
+        if self.fsync and rv > self._leased:
+            # Reserve the next revisions durably before handing any out (see `load`).
+            try:
+                self._write_lease(rv + self.lease)
+            except OSError as exc:
+                raise StoreWriteError(f"store: write failed: {_describe(exc)}") from exc
         record = encode_record(rv=rv, resource=resource, key=key, obj=obj)
         try:
             self._write_all(fd, record)
@@ -653,10 +733,14 @@ class LogBackend:
         self._appended = 0
 
     def close(self) -> None:
-        """Sync and close the log."""
+        """Sync and close the log; a clean close gives the unused part of the revision lease back."""
         if self._fd is not None:
-            with contextlib.suppress(OSError):
+            try:
                 self.files.sync(self._fd)
+                if self._sync_failed is None and not self._cut_pending and self._leased > self._written:
+                    self._write_lease(self._written)
+            except OSError as exc:
+                log.warning("closing the log: sync failed", path=str(self.log_path), error=_describe(exc))
             self.files.close(self._fd)
             self._fd = None
 

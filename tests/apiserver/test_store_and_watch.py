@@ -25,7 +25,7 @@ def make(
 ) -> tuple[Registry, WatchHub]:
 
     clock = ManualClock()
-    store = Store(backend=LogBackend(data_dir) if data_dir else None)
+    store = Store(backend=LogBackend(data_dir, fsync=False) if data_dir else None)
     hub = WatchHub(store=store, now=clock.now,
                    settings=WatchSettings(window=window, max_queue=max_queue, bookmark_interval=3600))
     store.subscribe(hub.publish)
