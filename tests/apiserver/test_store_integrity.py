@@ -528,9 +528,11 @@ async def test_damaged_log_refuses_start_then_repair(tmp_path: Path, start_apise
     assert refused.returncode == 1, refused
     assert f"refusing to start: {log}: a record fails its checksum at byte offset" in refused.stderr, refused.stderr
     assert "the last good revision is" in refused.stderr
-    repaired = await asyncio.to_thread(subprocess.run, [*args, "--repair-only"], capture_output=True, text=True,
-                                       timeout=60, check=False)
-    assert repaired.returncode == 0 and "dropped" in repaired.stderr, repaired
+    repaired = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "kubemesh", "store", "repair",
+                                                        "--data-dir", str(data)],
+                                       capture_output=True, text=True, timeout=60, check=False)
+    assert repaired.returncode == 0 and f"repaired {log}: damage at byte offset" in repaired.stderr, repaired
+    assert "dropped" in repaired.stderr and list(data.glob("store.log.damaged-*")), repaired.stderr
     srv2 = await start_apiserver(data_dir=data, extra_args=("--no-system-pods",))
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session, \
             session.post(srv2.url + path, json={"metadata": {"name": "after-repair"}}) as resp:
