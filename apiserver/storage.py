@@ -174,12 +174,16 @@ class Files:
         tmp = path.with_name(path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            self.sync(fd)
-        finally:
-            os.close(fd)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                self.sync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # on a full disk, a half-written copy must not keep the space
+            raise
         os.replace(tmp, path)
         self.sync_dir(path.parent)
 

@@ -68,6 +68,7 @@ class FaultyFiles(Files):
     truncate_error: int | None = None
     crash_after_replace: bool = False
     replaced: bool = False
+    replace_error: int | None = None
     synced: dict[int, int] = field(default_factory=dict)
     paths: dict[int, Path] = field(default_factory=dict)
     quick: bool = False
@@ -111,6 +112,8 @@ class FaultyFiles(Files):
         self.synced[fd] = min(self.synced.get(fd, size), size)
 
     def replace(self, path: Path, data: bytes) -> None:
+        if self.replace_error is not None:
+            raise OSError(self.replace_error, os.strerror(self.replace_error))
         super().replace(path, data)
         self.replaced = True
 
@@ -404,6 +407,33 @@ def test_crash_between_snapshot_rename_and_log_truncation(tmp_path: Path, capsys
         assert check_restart(again) is None
         cases += 1
     report_cases(capsys, "crash between snapshot rename and log truncation", cases)
+
+
+def test_no_room_for_a_snapshot_keeps_the_log(tmp_path: Path) -> None:
+    run = fresh(tmp_path, 6, compact_every=5)
+    run.files.replace_error = errno.ENOSPC
+    run.store.compact()  # logged, not raised: the log goes on
+    assert not (tmp_path / LogBackend.SNAPSHOT).exists()
+    run.files.replace_error = None
+    run.write("c6", 6)
+    assert check_restart(run) is None
+
+
+def test_no_room_for_the_revision_lease_fails_the_write(tmp_path: Path) -> None:
+    run = fresh(tmp_path, 0, fsync=True, files=FaultyFiles(quick=True))
+    backend = run.store.backend
+    assert isinstance(backend, LogBackend)
+    backend.lease = 3
+    run.write("a", 1)
+    run.files.replace_error = errno.ENOSPC
+    for i, name in enumerate("bcd"):  # revision 1 leased up to 4
+        run.write(name, i)
+    with pytest.raises(StoreWriteError, match="No space left on device"):
+        run.write("e", 5)  # revision 5 is past the lease, which cannot be extended
+    assert run.store.revision == 4 and run.store.get(CONFIGMAPS, "ns/e") is None
+    run.files.replace_error = None
+    assert run.write("e", 5) == 5
+    assert check_restart(run) is None
 
 
 def test_crash_while_writing_the_snapshot_keeps_the_old_one(tmp_path: Path) -> None:
