@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kubemesh.apiserver.server import ServerSettings, serve
 from kubemesh.apiserver.serviceips import DEFAULT_NODE_PORT_RANGE, DEFAULT_SERVICE_CIDR, IPRange, PortRange
-from kubemesh.apiserver.storage import LogBackend, StoreCorrupt
+from kubemesh.apiserver.storage import LogBackend, StoreCorrupt, StoreWriteError
 from kubemesh.apiserver.watching import WatchSettings
 
 
@@ -115,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
             runner.run(serve(settings))
         except StoreCorrupt as exc:
             print(f"apiserver: {exc}", file=sys.stderr)
+            return 1
+        except StoreWriteError as exc:  # a first start on a full disk: nothing to serve yet
+            print(f"apiserver: cannot start: {exc}", file=sys.stderr)
             return 1
     return 0
 

@@ -262,8 +262,11 @@ async def serve(settings: ServerSettings, *, stop: asyncio.Event | None = None) 
     app = build_app(core)
     # The apiserver's own mirror pod: it registers with no one, so it tells its registry itself.
     run = this_run()
-    core.components.registered_self(component="apiserver", instance=f"apiserver-{settings.host}-{settings.port}",
-                                    boot=run.boot, last_exit_code=run.last_exit_code)
+    try:
+        core.components.registered_self(component="apiserver", instance=f"apiserver-{settings.host}-{settings.port}",
+                                        boot=run.boot, last_exit_code=run.last_exit_code)
+    except StoreWriteError as exc:  # a full disk: serve what is stored all the same
+        log.error("a start-up write failed; serving what is stored", step="apiserver mirror pod", error=str(exc))
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     ssl_context = server_context(settings.tls_cert, settings.tls_key) \

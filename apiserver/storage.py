@@ -157,6 +157,14 @@ class Files:
         """Write once (write(2)); returns how many bytes it wrote."""
         return os.write(fd, data)
 
+    def open_rw(self, path: Path) -> int:
+        """Open (create) a file for writing in place."""
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+        """Write at an offset (pwrite(2)); returns how many bytes it wrote."""
+        return os.pwrite(fd, data, offset)
+
     def sync(self, fd: int) -> None:
         """fdatasync(2): the file's data and size on stable storage."""
         os.fdatasync(fd)
@@ -376,6 +384,22 @@ def _claimed_revision(snapshot: bytes) -> int:
     return 0
 
 
+_SLOT: Final = 32
+"""Bytes of one slot of `store.lease`: `<crc32> <revision as 22 digits>` and a newline."""
+
+
+def _lease_record(revision: int) -> bytes:
+    text = b"%022d" % revision
+    return b"%08x %s\n" % (zlib.crc32(text), text)
+
+
+def _lease_value(slot: bytes) -> int | None:
+    if len(slot) != _SLOT or slot[8:9] != b" " or slot[-1:] != b"\n":
+        return None
+    crc, text = _hex8(slot[:8]), slot[9:-1]
+    return int(text) if crc is not None and text.isdigit() and zlib.crc32(text) == crc else None
+
+
 def _describe(exc: OSError) -> str:
     name = errno.errorcode.get(exc.errno or 0, "")
     return f"{exc.strerror or exc}{f' ({name})' if name else ''}"
@@ -450,6 +474,11 @@ class LogBackend:
         """Revisions reserved at a time in `store.lease` (fsync mode; see `load`)."""
         self._leased = 0
         """The highest revision `store.lease` allows to be handed out."""
+        self._lease_fd: int | None = None
+        self._lease_slot = 0
+        """The slot of `store.lease` the next extension overwrites (the one with the smaller value)."""
+        self._floor_pending: int | None = None
+        """A floor record `load` could not append (a full disk): appended before the next record."""
 
     @property
     def snapshot_path(self) -> Path:
@@ -467,20 +496,56 @@ class LogBackend:
         return self.dir / self.LEASE
 
     def _read_lease(self, last_good: int) -> int | None:
+        """The revision lease (None when there is none): the larger of its two slots.
+
+        Each extension overwrites the slot holding the smaller value, so a torn write leaves the
+        other, and no revision above it was handed out before the write was synced. With one
+        slot damaged, the lease is taken to be the other plus one extension, which covers both
+        cases; with both damaged, the store refuses to start.
+        """
         raw = self.files.read(self.lease_path)
-        if raw is None:
+        if not raw:  # none, or created by a run that stopped before writing it
             return None
-        parts = raw.rstrip(b"\n").split(b" ")
-        crc = _hex8(parts[0]) if len(parts) == 2 else None
-        if crc is None or not parts[1].isdigit() or zlib.crc32(parts[1]) != crc:
+        slots = [_lease_value(raw[i:i + _SLOT]) for i in (0, _SLOT)]
+        valid = [v for v in slots if v is not None]
+        if not valid:
             raise StoreCorrupt(path=self.lease_path, offset=0, last_good=last_good,
                                why="the revision lease is damaged")
-        return int(parts[1])
+        self._lease_slot = 1 - slots.index(max(valid))  # the next extension overwrites the other slot
+        return max(valid) if len(valid) == 2 else valid[0] + self.lease + 1
 
-    def _write_lease(self, revision: int) -> None:
-        text = b"%d" % revision
-        self.files.replace(self.lease_path, b"%08x %s\n" % (zlib.crc32(text), text))
+    def _write_lease(self, revision: int, *, give_back: bool = False) -> None:
+        """Reserve revisions up to `revision`, durably, in place (no new blocks: it works on a full disk).
+
+        `give_back` (a clean close) lowers the lease: both slots are written, since the larger
+        one counts (torn, either slot is still at or above every revision handed out).
+        """
+        if self._lease_fd is None:
+            fd = self.files.open_rw(self.lease_path)
+            try:
+                if os.fstat(fd).st_size < 2 * _SLOT:
+                    self._pwrite_all(fd, _lease_record(revision) * 2, 0)
+                    self.files.sync(fd)
+                    self.files.sync_dir(self.dir)
+                    self._lease_slot = 0
+            except OSError:
+                self.files.close(fd)
+                raise
+            self._lease_fd = fd
+        if give_back:
+            self._pwrite_all(self._lease_fd, _lease_record(revision) * 2, 0)
+        else:
+            self._pwrite_all(self._lease_fd, _lease_record(revision), self._lease_slot * _SLOT)
+        self.files.sync(self._lease_fd)
+        self._lease_slot = 1 - self._lease_slot
         self._leased = revision
+
+    def _pwrite_all(self, fd: int, data: bytes, offset: int) -> None:
+        while data:
+            n = self.files.pwrite(fd, data, offset)
+            if n <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            data, offset = data[n:], offset + n
 
     def load(self) -> tuple[int, list[tuple[str, Obj]]]:
         """Check the snapshot and the log, replay them, and open the log for appending.
@@ -512,14 +577,17 @@ class LogBackend:
             # watchers before its fdatasync: revisions up to the lease may have been seen in
             # writes a machine crash took back. A floor record jumps past all of them, durably,
             # before any new revision is handed out.
-            floor = encode_record(rv=leased, resource="", key="", obj=None)
-            self._write_all(fd, floor)
-            self._size += len(floor)
             log.warning("the last run did not stop cleanly: revisions continue above its revision lease",
                         path=str(self.log_path), recovered_revision=revision, next_revision=leased + 1)
+            self._floor_pending = leased
+            try:
+                self._append_floor(fd)
+            except OSError as exc:  # no room: the next append writes it first (or fails cleanly)
+                log.warning("the floor record waits for room in the log", error=_describe(exc))
             revision = leased
         if found.torn or found.add_newline or revision != found.revision:
-            self.files.sync(fd)
+            with contextlib.suppress(OSError):
+                self.files.sync(fd)
         self._leased = max(leased or 0, revision)
         self._written = self._durable = revision
         return revision, [(res, obj) for (res, _), obj in found.state.items()]
@@ -549,7 +617,7 @@ class LogBackend:
             kept_state = [(res, obj) for (res, _), obj in found.state.items()]
             self.files.replace(self.snapshot_path, encode_snapshot(revision=floor, objects=kept_state))
             self.files.replace(self.log_path, b"")
-            self._write_lease(floor)
+            self.files.replace(self.lease_path, _lease_record(floor) * 2)
             report = RepairReport(path=damage.path, offset=0, last_good=found.revision, floor=floor, dropped_bytes=0,
                                   dropped_records=0, kept_objects=len(kept_state), saved_as=self.lease_path)
             log.warning("store repaired", report=report.summary())
@@ -578,8 +646,8 @@ class LogBackend:
         # revision (skipped on replay), so a crash before the truncation below loses nothing.
         self.files.replace(self.snapshot_path, encode_snapshot(revision=floor, objects=state))
         self.files.replace(self.log_path, b"")
-        if self.files.read(self.lease_path) is not None:
-            self._write_lease(floor)
+        if self.files.read(self.lease_path):
+            self.files.replace(self.lease_path, _lease_record(floor) * 2)
         report = RepairReport(path=damage.path, offset=offset, last_good=damage.last_good, floor=floor,
                               dropped_bytes=dropped, dropped_records=records, kept_objects=kept, saved_as=saved)
         log.warning("store repaired", report=report.summary())
@@ -636,6 +704,22 @@ class LogBackend:
                 state[(resource, key)] = obj
         return revision, [(res, obj) for (res, _), obj in state.items()]
 
+    def _append_floor(self, fd: int) -> None:
+        """Append the pending floor record, or cut a partial one back and raise."""
+        if self._floor_pending is None:
+            return
+        floor = encode_record(rv=self._floor_pending, resource="", key="", obj=None)
+        try:
+            self._write_all(fd, floor)
+        except OSError:
+            try:
+                self.files.truncate(fd, self._size)
+            except OSError:
+                self._cut_pending = True
+            raise
+        self._size += len(floor)
+        self._floor_pending = None
+
     def _write_all(self, fd: int, data: bytes) -> None:
         view = memoryview(data)
         while view:
@@ -659,12 +743,12 @@ class LogBackend:
             except OSError as exc:
                 raise StoreWriteError(f"store: write failed: {_describe(exc)}") from exc
             self._cut_pending = False
-        if self.fsync and rv > self._leased:
-            # Reserve the next revisions durably before handing any out (see `load`).
-            try:
-                self._write_lease(rv + self.lease)
-            except OSError as exc:
-                raise StoreWriteError(f"store: write failed: {_describe(exc)}") from exc
+        try:
+            self._append_floor(fd)
+            if self.fsync and rv > self._leased:
+                self._write_lease(rv + self.lease)  # reserve the next revisions before handing any out (`load`)
+        except OSError as exc:
+            raise StoreWriteError(f"store: write failed: {_describe(exc)}") from exc
         record = encode_record(rv=rv, resource=resource, key=key, obj=obj)
         try:
             self._write_all(fd, record)
@@ -742,11 +826,14 @@ class LogBackend:
             try:
                 self.files.sync(self._fd)
                 if self._sync_failed is None and not self._cut_pending and self._leased > self._written:
-                    self._write_lease(self._written)
+                    self._write_lease(self._written, give_back=True)
             except OSError as exc:
                 log.warning("closing the log: sync failed", path=str(self.log_path), error=_describe(exc))
             self.files.close(self._fd)
             self._fd = None
+        if self._lease_fd is not None:
+            self.files.close(self._lease_fd)
+            self._lease_fd = None
 
 
 class Store:

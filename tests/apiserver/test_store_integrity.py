@@ -69,6 +69,7 @@ class FaultyFiles(Files):
     crash_after_replace: bool = False
     replaced: bool = False
     replace_error: int | None = None
+    pwrite_error: int | None = None
     synced: dict[int, int] = field(default_factory=dict)
     paths: dict[int, Path] = field(default_factory=dict)
     quick: bool = False
@@ -110,6 +111,11 @@ class FaultyFiles(Files):
             raise OSError(self.truncate_error, os.strerror(self.truncate_error))
         super().truncate(fd, size)
         self.synced[fd] = min(self.synced.get(fd, size), size)
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+        if self.pwrite_error is not None:
+            raise OSError(self.pwrite_error, os.strerror(self.pwrite_error))
+        return super().pwrite(fd, data, offset)
 
     def replace(self, path: Path, data: bytes) -> None:
         if self.replace_error is not None:
@@ -425,15 +431,50 @@ def test_no_room_for_the_revision_lease_fails_the_write(tmp_path: Path) -> None:
     assert isinstance(backend, LogBackend)
     backend.lease = 3
     run.write("a", 1)
-    run.files.replace_error = errno.ENOSPC
+    run.files.pwrite_error = errno.ENOSPC
     for i, name in enumerate("bcd"):  # revision 1 leased up to 4
         run.write(name, i)
     with pytest.raises(StoreWriteError, match="No space left on device"):
         run.write("e", 5)  # revision 5 is past the lease, which cannot be extended
     assert run.store.revision == 4 and run.store.get(CONFIGMAPS, "ns/e") is None
-    run.files.replace_error = None
+    run.files.pwrite_error = None
     assert run.write("e", 5) == 5
     assert check_restart(run) is None
+
+
+def test_restart_after_a_crash_on_a_full_disk(tmp_path: Path) -> None:
+    """The floor record a restart owes cannot be appended: the store opens, reads work, and the
+    first write appends the floor before itself once there is room."""
+    run = fresh(tmp_path, 3, fsync=True, files=FaultyFiles(quick=True))  # not closed: an unclean stop
+    files = FaultyFiles(quick=True, write_fault=(1, 0, errno.ENOSPC))
+    store = Store(backend=LogBackend(tmp_path, files=files, lease=100))
+    assert store.revision > run.handed_out and store.get(CONFIGMAPS, "ns/c2") is not None
+    files.write_fault = (files.writes + 1, 5, errno.ENOSPC)
+    with pytest.raises(StoreWriteError, match="No space left on device"):
+        store.write(CONFIGMAPS, cm("x", 1), event="ADDED")
+    files.write_fault = None
+    obj = store.write(CONFIGMAPS, cm("x", 1), event="ADDED")
+    run.acked["ns/x"] = run.handed_out = int(obj["metadata"]["resourceVersion"])
+    assert check_restart(run) is None
+
+
+def test_a_torn_lease_extension_keeps_the_other_slot(tmp_path: Path) -> None:
+    run = fresh(tmp_path, 0, fsync=True, files=FaultyFiles(quick=True))
+    backend = run.store.backend
+    assert isinstance(backend, LogBackend)
+    backend.lease = 2
+    for i in range(7):  # extensions at revisions 1, 4 and 7
+        run.write(f"c{i}", i)
+    lease = (tmp_path / LogBackend.LEASE).read_bytes()
+    assert len(lease) == 64
+    older = min((0, 32), key=lambda at: int(lease[at + 9:at + 31]))
+    torn = bytearray(lease)
+    torn[older + 3:older + 32] = b"\0" * 29  # the overwrite of the older slot died half-way
+    (tmp_path / LogBackend.LEASE).write_bytes(bytes(torn))
+    assert check_restart(run) is None
+    (tmp_path / LogBackend.LEASE).write_bytes(b"x" * 64)  # both slots damaged: refused
+    with pytest.raises(StoreCorrupt, match="the revision lease is damaged"):
+        Store(backend=LogBackend(tmp_path))
 
 
 def test_crash_while_writing_the_snapshot_keeps_the_old_one(tmp_path: Path) -> None:
@@ -568,3 +609,11 @@ async def test_damaged_log_refuses_start_then_repair(tmp_path: Path, start_apise
             session.post(srv2.url + path, json={"metadata": {"name": "after-repair"}}) as resp:
         assert resp.status == 201
         assert int((await resp.json())["metadata"]["resourceVersion"]) > seen
+
+
+def test_a_clean_close_gives_the_lease_back(tmp_path: Path) -> None:
+    run = fresh(tmp_path, 5, fsync=True, files=FaultyFiles(quick=True))
+    run.store.close()
+    again = Store(backend=LogBackend(tmp_path, files=FaultyFiles(quick=True)))
+    assert again.revision == 5  # no jump after a clean stop
+    again.close()
