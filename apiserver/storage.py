@@ -817,6 +817,7 @@ class LogBackend:
             return
         self._size = 0
         self._cut_pending = False
+        self._floor_pending = None  # the snapshot's revision is at or above it
         self._durable = max(self._durable, rv)
         self._appended = 0
 

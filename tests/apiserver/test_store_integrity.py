@@ -458,6 +458,17 @@ def test_restart_after_a_crash_on_a_full_disk(tmp_path: Path) -> None:
     assert check_restart(run) is None
 
 
+def test_a_snapshot_taken_while_the_floor_waits_for_room(tmp_path: Path) -> None:
+    run = fresh(tmp_path, 3, fsync=True, files=FaultyFiles(quick=True))  # an unclean stop
+    files = FaultyFiles(quick=True, write_fault=(1, 0, errno.ENOSPC))
+    store = Store(backend=LogBackend(tmp_path, files=files, lease=100, compact_every=0))
+    store.compact()  # the snapshot (at the floor) makes the floor record needless
+    obj = store.write(CONFIGMAPS, cm("x", 1), event="ADDED")
+    store.close()
+    run.acked["ns/x"] = run.handed_out = int(obj["metadata"]["resourceVersion"])
+    assert check_restart(run) is None
+
+
 def test_a_torn_lease_extension_keeps_the_other_slot(tmp_path: Path) -> None:
     run = fresh(tmp_path, 0, fsync=True, files=FaultyFiles(quick=True))
     backend = run.store.backend
