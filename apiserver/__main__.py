@@ -12,16 +12,28 @@ from pathlib import Path
 
 from kubemesh.apiserver.server import ServerSettings, serve
 from kubemesh.apiserver.serviceips import DEFAULT_NODE_PORT_RANGE, DEFAULT_SERVICE_CIDR, IPRange, PortRange
+from kubemesh.apiserver.storage import LogBackend, StoreCorrupt, StoreWriteError
 from kubemesh.apiserver.watching import WatchSettings
 
 
 def parse_args(argv: list[str] | None = None) -> ServerSettings:
     """Command-line flags into settings."""
+    return _parse(argv)[0]
+
+
+def _parse(argv: list[str] | None = None) -> tuple[ServerSettings, argparse.Namespace]:
     p = argparse.ArgumentParser(prog="python -m kubemesh.apiserver", description="kubemesh apiserver")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=6443, help="port to bind (default 6443)")
     p.add_argument("--data-dir", default=None, help="keep state in this directory (log + snapshots)")
-    p.add_argument("--fsync", action="store_true", help="fsync every write")
+    p.add_argument("--fsync", action=argparse.BooleanOptionalAction, default=True,
+                   help="acknowledge a write only once an fdatasync of the log covers it (group commit; survives a "
+                        "machine crash); --no-fsync acknowledges after the write(2), which survives a process "
+                        "kill only (default: --fsync)")
+    p.add_argument("--repair", action="store_true",
+                   help="before serving, truncate a damaged --data-dir at its first damage, keep the dropped bytes "
+                        "beside it and report what was dropped (revisions continue above every dropped one)")
+    p.add_argument("--repair-only", action="store_true", help="--repair, then exit without serving")
     p.add_argument("--token-file", default=None, help="require this bearer token (file contents)")
     p.add_argument("--tls-cert-file", default=None, help="serve HTTPS with this certificate (PEM)")
     p.add_argument("--tls-private-key-file", default=None, help="the certificate's private key (PEM)")
@@ -64,6 +76,8 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
         p.error(f"--watch-window must be at least 1: {a.watch_window}")
     if a.advertise_address is not None and not _is_ip(a.advertise_address):
         p.error(f"--advertise-address must be an IP address: {a.advertise_address!r}")
+    if (a.repair or a.repair_only) and not a.data_dir:
+        p.error("--repair needs --data-dir")
     return ServerSettings(host=a.host, port=a.port, data_dir=a.data_dir, fsync=a.fsync, token=token,
                           clock_rate=a.clock_rate, seed=a.seed, tls_cert=a.tls_cert_file,
                           tls_key=a.tls_private_key_file,
@@ -71,7 +85,7 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
                                               flush_interval=a.watch_flush_interval),
                           service_cluster_ip_range=a.service_cluster_ip_range,
                           service_node_port_range=a.service_node_port_range, advertise_address=a.advertise_address,
-                          system_pods=a.system_pods)
+                          system_pods=a.system_pods), a
 
 
 def _is_ip(text: str) -> bool:
@@ -83,8 +97,19 @@ def _is_ip(text: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run until SIGTERM or SIGINT."""
-    settings = parse_args(argv)
+    """Run until SIGTERM or SIGINT; 1 when the data directory is damaged (the reason on stderr)."""
+    settings, a = _parse(argv)
+    if a.repair or a.repair_only:
+        assert settings.data_dir is not None
+        try:
+            report = LogBackend(settings.data_dir).repair()
+        except (StoreCorrupt, OSError) as exc:
+            print(f"apiserver: repair failed: {exc}", file=sys.stderr)
+            return 1
+        print(f"apiserver: {report.summary() if report else f'{settings.data_dir}: no damage found'}",
+              file=sys.stderr)
+        if a.repair_only:
+            return 0
     factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     try:
         import uvloop  # noqa: PLC0415 - optional (not on Windows): the stock loop works, only slower
@@ -92,7 +117,14 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:  # uvloop is optional: the stock loop works, only slower
         pass
     with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(serve(settings))
+        try:
+            runner.run(serve(settings))
+        except StoreCorrupt as exc:
+            print(f"apiserver: {exc}", file=sys.stderr)
+            return 1
+        except StoreWriteError as exc:  # a first start on a full disk: nothing to serve yet
+            print(f"apiserver: cannot start: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 

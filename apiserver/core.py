@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
+import structlog
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -45,7 +46,7 @@ from kubemesh.apiserver.registry import Registry
 from kubemesh.apiserver.serviceips import ServiceIPs
 from kubemesh.apiserver.serving import Targets
 from kubemesh.apiserver.settings import ServerSettings
-from kubemesh.apiserver.storage import Backend, EventType, LogBackend, MemoryBackend, Store
+from kubemesh.apiserver.storage import Backend, EventType, LogBackend, MemoryBackend, Store, StoreWriteError
 from kubemesh.apiserver.watching import Item, Watcher, WatchHub
 from kubemesh.apiserver.webhooks import Webhooks
 from kubemesh.services.machinery.clock import ClusterClock
@@ -157,20 +158,37 @@ def assemble(settings: ServerSettings) -> ApiserverCore:
     # CRDs are served from the write path; stored ones are served again before any request.
     establishing = Establishing(registry=registry, kinds=kinds, hub=hub)
     registry.hooks.append(establishing)
-    establishing.restore()
-    ServiceIPs.install(registry=registry, settings=settings)  # cluster IPs, node ports, default/kubernetes
-    LocalApiServices.install(registry=registry, kinds=kinds)  # an APIService per served group version
+    _at_start("serving stored CRDs", establishing.restore)
+    # cluster IPs, node ports, default/kubernetes
+    _at_start("kubernetes service", lambda: ServiceIPs.install(registry=registry, settings=settings))
+    # an APIService per served group version
+    _at_start("APIServices", lambda: LocalApiServices.install(registry=registry, kinds=kinds))
     components = ComponentRegistry(clock=clock)
     if settings.system_pods:  # kube-system as kubeadm leaves it
         # The control plane's mirror pods follow the components' runs; cluster DNS is created once.
         components.listeners.append(ControlPlanePods(
             registry=registry, address=settings.advertise_address or settings.host, version=GIT_VERSION))
-        install_cluster_dns(registry=registry, service_cidr=settings.service_cluster_ip_range)
+        _at_start("cluster DNS",
+                  lambda: install_cluster_dns(registry=registry, service_cidr=settings.service_cluster_ip_range))
     return ApiserverCore(settings=settings, clock=clock, kinds=kinds, targets=Targets(kinds), discovery=discovery,
                          openapi=OpenApi(discovery), store=store, hub=hub, history=history, registry=registry,
                          components=components, metrics=Metrics.create(),
                          webhooks=Webhooks(store=store, kinds=kinds, sleep=clock.sleep, wall=time.monotonic,
                                            record=functools.partial(history.append, "webhook")))
+
+
+def _at_start(step: str, run: Callable[[], object]) -> None:
+    """A start-up step whose writes may fail (a full or read-only disk under --data-dir).
+
+    Its hooks are in place before it writes; when a write fails, the apiserver still starts
+    and serves what is stored (writes fail until there is room), and the step's objects stay
+    as they were stored.
+    """
+    try:
+        run()
+    except StoreWriteError as exc:
+        structlog.get_logger("apiserver").error("a start-up write failed; serving what is stored", step=step,
+                                                error=str(exc))
 
 
 def _write_recorder(history: History) -> Callable[[Kind, EventType, Obj, Obj | None, int], None]:

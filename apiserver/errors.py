@@ -35,8 +35,10 @@ class StatusError(Exception):
         """
         body: dict[str, Any] = {
             "kind": "Status", "apiVersion": "v1", "metadata": dict(self.metadata or {}), "status": "Failure",
-            "message": self.message, "reason": self.reason,
+            "message": self.message,
         }
+        if self.reason:  # StatusReasonUnknown ("") is left out, as Go's omitempty does
+            body["reason"] = self.reason
         details = dict(self.details) if self.details else {}
         if self.retry_after is not None:
             details["retryAfterSeconds"] = self.retry_after
@@ -178,3 +180,13 @@ def internal(message: str) -> StatusError:
     """500 InternalError: the message prefixed, and the bare message as the one cause (upstream's NewInternalError)."""
     return StatusError(500, "InternalError", f"Internal error occurred: {message}",
                        details={"causes": [{"message": message}]})
+
+
+def storage_failure(message: str) -> StatusError:
+    """500 for a write the store could not make durable: its error as the message, no reason.
+
+    As kube-apiserver answers a storage error it has no Status for (an etcd failure such as
+    `etcdserver: request timed out`): code 500, reason Unknown (left out of the body), the
+    error's text as the message; kubectl prints `Error from server: <message>`.
+    """
+    return StatusError(500, "", message)

@@ -45,6 +45,7 @@ from kubemesh.apiserver.serving import (
     render_status,
 )
 from kubemesh.apiserver.settings import ServerSettings
+from kubemesh.apiserver.storage import StoreWriteError
 from kubemesh.services.machinery.certs import server_context
 from kubemesh.services.machinery.clock import component_rng
 from kubemesh.services.process.gctuning import SurvivorFreezer
@@ -91,6 +92,8 @@ def build_app(core: ApiserverCore) -> web.Application:
                 WRITER.reset(writer)
         except errors.StatusError as exc:
             resp = render_status(request, exc)
+        except StoreWriteError as exc:  # the append failed: the write was not applied
+            resp = render_status(request, errors.storage_failure(str(exc)))
         except web.HTTPException as exc:
             if exc.status == 413:
                 resp = render_status(request, errors.too_large(MAX_BODY))
@@ -111,7 +114,13 @@ def build_app(core: ApiserverCore) -> web.Application:
             resp = render_status(request, errors.internal(type(exc).__name__))
         verb = request.get(VERB)  # set once a resource path was resolved
         if verb in _WRITE_VERBS and resp.status < 400 and not resp.prepared:
-            await _send_committed(request, resp, lost=core.metrics.responses_lost, verb=verb)
+            try:
+                # Acknowledged only once durable: with fsync, after the group commit covering it.
+                await store.flush()
+            except StoreWriteError as exc:
+                resp = render_status(request, errors.storage_failure(str(exc)))
+            else:
+                await _send_committed(request, resp, lost=core.metrics.responses_lost, verb=verb)
         elapsed = loop.time() - started
         if verb is not None:
             observe(verb=verb, resource=request.get(RESOURCE, ""), code=resp.status, seconds=elapsed)
@@ -253,8 +262,11 @@ async def serve(settings: ServerSettings, *, stop: asyncio.Event | None = None) 
     app = build_app(core)
     # The apiserver's own mirror pod: it registers with no one, so it tells its registry itself.
     run = this_run()
-    core.components.registered_self(component="apiserver", instance=f"apiserver-{settings.host}-{settings.port}",
-                                    boot=run.boot, last_exit_code=run.last_exit_code)
+    try:
+        core.components.registered_self(component="apiserver", instance=f"apiserver-{settings.host}-{settings.port}",
+                                        boot=run.boot, last_exit_code=run.last_exit_code)
+    except StoreWriteError as exc:  # a full disk: serve what is stored all the same
+        log.error("a start-up write failed; serving what is stored", step="apiserver mirror pod", error=str(exc))
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     ssl_context = server_context(settings.tls_cert, settings.tls_key) \

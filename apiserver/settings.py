@@ -16,8 +16,10 @@ class ServerSettings:
     port: int = 6443
     data_dir: str | None = None
     """Directory for the append-only log and snapshots; None keeps state in memory only."""
-    fsync: bool = False
-    """fsync every write (survives machine crashes, not only process kills)."""
+    fsync: bool = True
+    """Acknowledge a write only after an fdatasync of the log covers it (group commit: one
+    fdatasync per batch); survives machine crashes, not only process kills. `--no-fsync`: the
+    write(2) alone, which survives a process kill only."""
     token: str | None = None
     """Bearer token required on everything but the health endpoints."""
     tls_cert: str | None = None

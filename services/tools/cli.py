@@ -5,6 +5,7 @@
     kubemesh status [--json]                  the processes of a running mesh and its Ready nodes
     kubemesh down                             stop a mesh that `up` started in another terminal
     kubemesh chaos add|list|get|rm|reset|history   faults through the chaos front door (`kubemesh chaos --help`)
+    kubemesh store repair --data-dir D        truncate a damaged apiserver data directory at its first damage
 
 Subcommands are `Command` values (`kubemesh.services.tools.commands`): the built-in ones are
 listed in `builtin_commands()`, others come from the `kubemesh.commands` entry-point group (an
@@ -26,6 +27,7 @@ import inspect
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Sequence
@@ -345,6 +347,27 @@ async def _run_status(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# kubemesh store
+
+
+def _configure_store(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="store_command", metavar="ACTION", required=True)
+    repair = sub.add_parser(
+        "repair", help="truncate a damaged data directory at its first damage and report what was dropped",
+        description="Truncate an apiserver data directory (--data-dir) at its first damage: the dropped bytes "
+                    "are kept beside the file, and revisions continue above every one the dropped records "
+                    "held. Run it on a stopped apiserver's directory.")
+    repair.add_argument("--data-dir", type=Path, required=True, help="the apiserver's --data-dir")
+
+
+def _run_store(args: argparse.Namespace) -> int:
+    # The store's code is the apiserver's, which the tools never import: it runs in its process.
+    proc = subprocess.run([sys.executable, "-m", "kubemesh.apiserver", "--data-dir", str(args.data_dir),
+                           "--repair-only"], check=False)
+    return 0 if proc.returncode == 0 else 1
+
+
+# ---------------------------------------------------------------------------------------------
 
 def builtin_commands() -> tuple[Command, ...]:
     """The subcommands kubemesh itself has, in help order."""
@@ -357,6 +380,8 @@ def builtin_commands() -> tuple[Command, ...]:
                 run=_run_status),
         Command(name="down", help="stop a mesh started by `kubemesh up`", configure=_configure_down, run=_run_down),
         chaos_cli.COMMAND,
+        Command(name="store", help="check and repair an apiserver data directory (`kubemesh store repair`)",
+                configure=_configure_store, run=_run_store),
     )
 
 

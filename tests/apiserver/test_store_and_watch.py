@@ -25,7 +25,7 @@ def make(
 ) -> tuple[Registry, WatchHub]:
 
     clock = ManualClock()
-    store = Store(backend=LogBackend(data_dir) if data_dir else None)
+    store = Store(backend=LogBackend(data_dir, fsync=False) if data_dir else None)
     hub = WatchHub(store=store, now=clock.now,
                    settings=WatchSettings(window=window, max_queue=max_queue, bookmark_interval=3600))
     store.subscribe(hub.publish)
@@ -263,8 +263,8 @@ def test_log_backend_recovers_acknowledged_writes(tmp_path: Path) -> None:
     reg.delete(PODS, "default", "a", DeleteOptions())
     last = reg.store.revision
     # A torn final record (the process died mid-append) is dropped on recovery.
-    with open(tmp_path / "log.jsonl", "ab") as f:
-        f.write(b'{"rv": 999, "resource": "pods", "key": "default/c", "obj"')
+    with open(tmp_path / "store.log", "ab") as f:
+        f.write(b'0badc0de 999 {"resource": "pods", "key": "default/c", "obj"')
     reg2, _ = make(data_dir=tmp_path)
     assert reg2.store.revision == last
     names = [o["metadata"]["name"] for o in reg2.list_objects(PODS, namespace="default", labels=None, fields=None)[0]]
@@ -279,7 +279,7 @@ def test_log_backend_compacts_into_a_snapshot(tmp_path: Path) -> None:
     for i in range(5):
         reg.create(PODS, "default", pod(f"p{i}"), OPTS)
     store.compact()
-    assert (tmp_path / "snapshot.json").exists()
+    assert (tmp_path / "store.snapshot").exists()
     reg.create(PODS, "default", pod("after"), OPTS)
     rev = store.revision
     store.close()

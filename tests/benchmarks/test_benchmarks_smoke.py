@@ -7,6 +7,7 @@ that the figures exist with the keys the README documents, never what they are.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -122,3 +123,19 @@ def test_webhook_writes_quick(tmp_path: Path) -> None:
     assert set(doc["results"]) == {"without", "with"}
     assert all(r["errors"] == 0 and r["creates"] > 0 for r in doc["results"].values())
     assert doc["ratios"]["with_vs_without"] > 0
+
+
+def test_durable_writes_quick(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "durable_writes.py"), "--quick", "--no-pin",
+                           "--results-dir", str(tmp_path)], cwd=REPO, check=False, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc: dict[str, Any] = json.loads((tmp_path / "durable_writes.json").read_text())
+    assert doc["benchmark"] == "durable_writes"
+    # CI runs scripts/setup as root, which installs etcd (scripts/etcd-setup): there it must be measured.
+    with_etcd = shutil.which("etcd") is not None or os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    servers = {"fsync", "nofsync", "etcd"} if with_etcd else {"fsync", "nofsync"}
+    assert set(doc["results"]) == servers
+    assert all(r["errors"] == 0 and r["writes"] > 0 for r in doc["results"].values())
+    assert doc["ratios"]["fsync_vs_nofsync"] > 0
+    assert isinstance(doc["target"]["met"], bool)
