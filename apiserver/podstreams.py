@@ -39,6 +39,7 @@ from urllib.parse import quote
 import aiohttp
 import structlog
 from aiohttp import web
+from yarl import URL
 
 from kubemesh.apiserver import errors, fielderrors
 from kubemesh.apiserver.registry import Registry
@@ -51,7 +52,13 @@ log = structlog.get_logger("apiserver.podstreams")
 Handler = Callable[[web.Request, Target], Awaitable[web.StreamResponse]]
 
 PROCESS_SUBRESOURCES: Final = ("exec", "attach", "portforward")
-"""Subresources that reach a container's process: refused, kubemesh runs none."""
+"""Subresources that reach a container's process: refused unless a kubelet runs processes."""
+PROXIED: Final = ("exec", "attach")
+"""Those proxied to the pod's kubelet (an upgraded connection, relayed byte for byte)."""
+_HOP_HEADERS: Final = ("upgrade", "connection", "sec-websocket-key", "sec-websocket-version",
+                       "sec-websocket-protocol", "sec-websocket-extensions", "x-stream-protocol-version")
+"""Request headers passed on to the kubelet with an upgrade."""
+_HEAD_LIMIT: Final = 64 * 1024
 
 _LOG_OPTIONS: Final = Kind(group="", version="v1", kind="PodLogOptions", plural="podlogoptions",
                            singular="podlogoptions", namespaced=True)
@@ -137,6 +144,29 @@ def _relay_error(status: int, text: str, name: str) -> errors.StatusError:
                               details={"name": name, "kind": "pods/log"})
 
 
+class _Feed:
+    """Stands in for aiohttp's websocket parser on an upgraded connection: the raw bytes, to a queue."""
+
+    def __init__(self, queue: asyncio.Queue[bytes | None]) -> None:
+        self.queue = queue
+
+    def feed_data(self, data: bytes) -> tuple[bool, bytes]:
+        self.queue.put_nowait(bytes(data))
+        return False, b""
+
+    def feed_eof(self) -> None:
+        self.queue.put_nowait(None)
+
+
+def _upgrade_error(status: int, text: str) -> errors.StatusError:
+    """A kubelet's refusal of an upgrade as kube-apiserver relays it."""
+    if status == 400:
+        return errors.bad_request(text)
+    if status == 404:
+        return errors.StatusError(404, "NotFound", text)
+    return errors.internal(f"error upgrading connection: {status} {text}")
+
+
 class PodStreams:
     """The handlers of pods' log, exec, attach and portforward (see the module docstring)."""
 
@@ -152,6 +182,7 @@ class PodStreams:
         """Handlers by pods subresource name."""
         out: dict[str, Handler] = {"log": self.log}
         out.update({sub: self.refuse for sub in PROCESS_SUBRESOURCES})
+        out.update({sub: self.upgrade for sub in PROXIED})
         return out
 
     async def close(self) -> None:
@@ -228,6 +259,81 @@ class PodStreams:
             log.debug("log stream ended early", pod=what, error=str(exc))
         finally:
             task.cancel()
+
+    async def upgrade(self, request: web.Request, t: Target) -> web.StreamResponse:
+        """exec, attach: an upgrade proxied to the pod's kubelet, else refused (see the module docstring)."""
+        sub = str(t.sub)
+        pod, namespace, name = self._pod(t)
+        container = choose_container(pod, name, request.query.get("container"))
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        base = self.kubelet_of(node) if node else None
+        if base is None or "upgrade" not in request.headers.get("Connection", "").lower():
+            return await self.refuse(request, t)
+        url = URL(base)
+        path = "/".join(quote(p, safe="") for p in ("", "nodes", node, sub, namespace, name, container))
+        query = request.rel_url.raw_query_string
+        head = [f"{request.method} {path}{'?' + query if query else ''} HTTP/1.1",
+                f"Host: {url.host}:{url.port}"]
+        head += [f"{k}: {v}" for k, v in request.headers.items() if k.lower() in _HOP_HEADERS]
+        if self.token:
+            head.append(f"Authorization: Bearer {self.token}")
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(url.host, url.port),
+                                                    timeout=self.connect_timeout)
+        except (OSError, TimeoutError) as exc:
+            raise errors.internal(f"error dialing backend: {str(exc) or type(exc).__name__}") from None
+        try:
+            writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+            raw = await reader.readuntil(b"\r\n\r\n")
+            status_line, *lines = raw.decode("latin-1").split("\r\n")
+            status = int(status_line.split(" ", 2)[1])
+            headers = [tuple(x.split(":", 1)) for x in lines if ":" in x]
+            if status != 101:
+                length = next((int(v) for k, v in headers if k.strip().lower() == "content-length"), 50_000)
+                text = (await reader.read(min(length, 50_000))).decode("utf-8", "replace").strip()
+                raise _upgrade_error(status, text)
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, IndexError) as exc:
+            writer.close()
+            raise errors.internal(f"error upgrading connection: {str(exc) or type(exc).__name__}") from None
+        except errors.StatusError:
+            writer.close()
+            raise
+        resp = web.StreamResponse(status=101, headers={k.strip(): v.strip() for k, v in headers})
+        resp.force_close()
+        await resp.prepare(request)
+        await self._splice(request, reader, writer)
+        return resp
+
+    async def _splice(self, request: web.Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Relay bytes both ways between the client's upgraded connection and the kubelet's until either ends."""
+        inbound: asyncio.Queue[bytes | None] = asyncio.Queue()
+        request.protocol.set_parser(_Feed(inbound))  # type: ignore[arg-type]  # any object with feed_data/feed_eof
+        request.protocol.keep_alive(False)
+        transport = request.transport
+
+        async def up() -> None:
+            while (data := await inbound.get()) is not None:
+                writer.write(data)
+                await writer.drain()
+            writer.write_eof()
+
+        async def down() -> None:
+            while data := await reader.read(65536):
+                if transport is None or transport.is_closing():
+                    return
+                transport.write(data)
+
+        tasks = {asyncio.ensure_future(up()), asyncio.ensure_future(down())}
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            for task in tasks:
+                task.cancel()
+            writer.close()
+            if transport is not None:
+                transport.close()
 
     async def refuse(self, request: web.Request, t: Target) -> web.StreamResponse:
         """exec, attach, portforward: checked as upstream checks them, then refused."""
