@@ -45,6 +45,7 @@ from kubemesh.apiserver import errors, fielderrors
 from kubemesh.apiserver.registry import Registry
 from kubemesh.apiserver.serving import Target, flag
 from kubemesh.services.machinery.clock import parse_time
+from kubemesh.services.machinery.upgrading import Reader, Writer, take_over
 from kubemesh.services.model.kinds import PODS, Kind, Obj
 
 log = structlog.get_logger("apiserver.podstreams")
@@ -53,7 +54,7 @@ Handler = Callable[[web.Request, Target], Awaitable[web.StreamResponse]]
 
 PROCESS_SUBRESOURCES: Final = ("exec", "attach", "portforward")
 """Subresources that reach a container's process: refused unless a kubelet runs processes."""
-PROXIED: Final = ("exec", "attach")
+PROXIED: Final = ("exec", "attach", "portforward")
 """Those proxied to the pod's kubelet (an upgraded connection, relayed byte for byte)."""
 _HOP_HEADERS: Final = ("upgrade", "connection", "sec-websocket-key", "sec-websocket-version",
                        "sec-websocket-protocol", "sec-websocket-extensions", "x-stream-protocol-version")
@@ -142,20 +143,6 @@ def _relay_error(status: int, text: str, name: str) -> errors.StatusError:
                  f"the server responded with the status code {status} but did not return more information"))
     return errors.StatusError(status, reason, f"{message} ( pods/log {name})",
                               details={"name": name, "kind": "pods/log"})
-
-
-class _Feed:
-    """Stands in for aiohttp's websocket parser on an upgraded connection: the raw bytes, to a queue."""
-
-    def __init__(self, queue: asyncio.Queue[bytes | None]) -> None:
-        self.queue = queue
-
-    def feed_data(self, data: bytes) -> tuple[bool, bytes]:
-        self.queue.put_nowait(bytes(data))
-        return False, b""
-
-    def feed_eof(self) -> None:
-        self.queue.put_nowait(None)
 
 
 def _upgrade_error(status: int, text: str) -> errors.StatusError:
@@ -264,13 +251,14 @@ class PodStreams:
         """exec, attach: an upgrade proxied to the pod's kubelet, else refused (see the module docstring)."""
         sub = str(t.sub)
         pod, namespace, name = self._pod(t)
-        container = choose_container(pod, name, request.query.get("container"))
+        container = "" if sub == "portforward" else choose_container(pod, name, request.query.get("container"))
         node = str((pod.get("spec") or {}).get("nodeName") or "")
         base = self.kubelet_of(node) if node else None
         if base is None or "upgrade" not in request.headers.get("Connection", "").lower():
             return await self.refuse(request, t)
         url = URL(base)
-        path = "/".join(quote(p, safe="") for p in ("", "nodes", node, sub, namespace, name, container))
+        parts = ("", "nodes", node, sub, namespace, name, *((container,) if container else ()))
+        path = "/".join(quote(p, safe="") for p in parts)
         query = request.rel_url.raw_query_string
         head = [f"{request.method} {path}{'?' + query if query else ''} HTTP/1.1",
                 f"Host: {url.host}:{url.port}"]
@@ -298,30 +286,24 @@ class PodStreams:
         except errors.StatusError:
             writer.close()
             raise
-        resp = web.StreamResponse(status=101, headers={k.strip(): v.strip() for k, v in headers})
-        resp.force_close()
-        await resp.prepare(request)
-        await self._splice(request, reader, writer)
+        resp, client_read, client_write = await take_over(request, headers={k.strip(): v.strip() for k, v in headers})
+        await self._splice(request, client_read, client_write, reader, writer)
         return resp
 
-    async def _splice(self, request: web.Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _splice(self, request: web.Request, client_read: Reader, client_write: Writer,
+                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Relay bytes both ways between the client's upgraded connection and the kubelet's until either ends."""
-        inbound: asyncio.Queue[bytes | None] = asyncio.Queue()
-        request.protocol.set_parser(_Feed(inbound))  # type: ignore[arg-type]  # any object with feed_data/feed_eof
-        request.protocol.keep_alive(False)
         transport = request.transport
 
         async def up() -> None:
-            while (data := await inbound.get()) is not None:
+            while data := await client_read():
                 writer.write(data)
                 await writer.drain()
             writer.write_eof()
 
         async def down() -> None:
             while data := await reader.read(65536):
-                if transport is None or transport.is_closing():
-                    return
-                transport.write(data)
+                await client_write(data)
 
         tasks = {asyncio.ensure_future(up()), asyncio.ensure_future(down())}
         try:

@@ -21,7 +21,8 @@ state after it (`changed` says whether anything changed).
 | `POST /nodes/{node}/containers/slow`    | `{"startDelay"?: s, "stopDelay"?: s or null}`     |
 | `POST /nodes/{node}/zombie`             | `{"enabled": true or false}`                      |
 | `GET  /nodes/{node}/containerLogs/{namespace}/{pod}/{container}` | a container's log (below)|
-| `GET|POST /nodes/{node}/exec|attach/{namespace}/{pod}/{container}` | websocket (`streams`)   |
+| `GET|POST /nodes/{node}/exec|attach/{namespace}/{pod}/{container}` | websocket or SPDY       |
+| `GET|POST /nodes/{node}/portforward/{namespace}/{pod}` | SPDY, or SPDY in a websocket (`streams`) |
 | `POST /nodes/{node}/containers/freeze`  | `{"namespace"?, "pod", "container"?, "frozen"}`   |
 
 `containers/fail`: without `pod`, every pod of the node; `namespace` defaults to `default`;
@@ -201,6 +202,13 @@ def routes(nodes: Mapping[str, EmulatedNode], *, clock: Clock) -> list[web.Route
 
         return handler
 
+    async def portforward(request: web.Request) -> web.StreamResponse:
+        node = node_of(request)
+        info = request.match_info
+        processes = runs_of(node, info["namespace"], info["pod"])
+        return await streams.serve_portforward(request, pod=info["pod"],
+                                               uid=str((processes.pod.get("metadata") or {}).get("uid", "")))
+
     def freeze(node: EmulatedNode, body: dict[str, Any]) -> dict[str, list[str]]:
         processes = runs_of(node, str(body.get("namespace") or "default"), str(body["pod"]))
         return {"frozen" if body.get("frozen", True) else "thawed":
@@ -210,6 +218,8 @@ def routes(nodes: Mapping[str, EmulatedNode], *, clock: Clock) -> list[web.Route
         web.get("/nodes", list_nodes),
         *(method(f"/nodes/{{node}}/{op}/{{namespace}}/{{pod}}/{{container}}", exec_or_attach(attach=op == "attach"))
           for method in (web.get, web.post) for op in ("exec", "attach")),
+        web.get("/nodes/{node}/portforward/{namespace}/{pod}", portforward),
+        web.post("/nodes/{node}/portforward/{namespace}/{pod}", portforward),
         web.post("/nodes/{node}/containers/freeze", op(freeze)),
         web.get("/nodes/{node}/containerLogs/{namespace}/{pod}/{container}", container_log),
         web.get("/nodes/{node}", get_node),

@@ -8,8 +8,10 @@ unless annotated `kubemesh.io/runtime: emulated`) or `--runtime opt-in` (only po
 What a container is here:
 
 * its `command` + `args` (the image is ignored; a container without `command` runs the
-  runtime's `image_commands[image]` if the user mapped the image, else it fails to start with
-  `StartError`), `$(VAR)` references expanded as upstream expands them;
+  runtime's `image_commands[image]` if the user mapped the image; a pod with a container that
+  has neither stays emulated under `--runtime process` (addons such as CoreDNS), and fails to
+  start with `StartError` when annotated `kubemesh.io/runtime: process`), `$(VAR)` references
+  expanded as upstream expands them;
 * run as the user who started the mesh, in a process group (a session) of its own, with the
   container's `env` (`value`, `valueFrom` ConfigMap/Secret key and `fieldRef`, `envFrom`) on
   top of `PATH`, `HOSTNAME` and `KUBEMESH_ROOT`;
@@ -509,11 +511,21 @@ class ProcessRuntime:
         return reaped
 
     def wants(self, pod: Obj) -> bool:
-        """Whether `pod` runs as processes here."""
-        choice = ((pod.get("metadata") or {}).get("annotations") or {}).get(RUNTIME_ANNOTATION)
+        """Whether `pod` runs as processes here.
+
+        Under `process`, a pod that is not annotated `emulated` runs unless one of its containers
+        has neither a `command` nor a mapped image (an addon such as CoreDNS, which has nothing
+        to run on this machine): that pod stays emulated, as a whole.
+        """
+        raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(RUNTIME_ANNOTATION)
+        choice = None if raw is None else str(raw)
         if self.mode == "opt-in":
             return choice == "process"
-        return choice != "emulated"
+        if choice is not None:
+            return choice != "emulated"
+        spec = pod.get("spec") or {}
+        return all(bool(c.get("command")) or str(c.get("image", "")) in self.image_commands
+                   for part in ("initContainers", "containers") for c in spec.get(part) or [])
 
     def for_pod(self, pod: Obj, *, notify: Callable[[], None], host_ip: str) -> PodProcesses:
         """The hooks of one pod's machine."""
