@@ -1,4 +1,4 @@
-"""The pods' streaming subresources: `log` proxied to the pod's kubelet; `exec`, `attach`, `portforward` refused.
+"""The pods' streaming subresources, proxied to the pod's kubelet: `log`, and `exec`, `attach`, `portforward`.
 
 `GET /api/v1/namespaces/{ns}/pods/{name}/log` is served as kube-apiserver serves it:
 
@@ -22,10 +22,23 @@
 
 `exec`, `attach` and `portforward` (GET or POST, plain or an upgrade to SPDY or WebSocket, the
 requests kubectl sends) check the pod and container as upstream does (404, the container
-400s, 400 `pod X does not have a host assigned`) and then answer 400 BadRequest naming the
-subresource: kubemesh's containers are emulated and run no processes. kubectl decodes the
-Status from the failed upgrade and prints it (`Error from server (BadRequest): ...` for exec
-and attach, `error upgrading connection: ...` for port-forward); it never waits.
+400s, 400 `pod X does not have a host assigned`). An upgrade request for a pod whose node a
+kubelet registered is then proxied to that kubelet as kube-apiserver proxies it: the request
+line and the upgrade headers (`Upgrade`, `Connection`, `Sec-WebSocket-*`,
+`X-Stream-Protocol-Version`) go to `{admin}/nodes/{node}/{exec|attach}/{ns}/{pod}/{container}`
+or `{admin}/nodes/{node}/portforward/{ns}/{pod}` with the query as sent; the kubelet's `101
+Switching Protocols` goes back to the client and from then on the bytes are relayed both ways,
+unchanged, until either side closes (websocket frames and SPDY frames alike: the kubelet speaks
+the stream protocols, `kubemesh.kubelet.streams`). A kubelet's refusal is relayed as a Status (a
+400 with its words: an emulated pod's containers run no process; 404; anything else an
+InternalError), and an unreachable kubelet is an InternalError `error dialing backend: ...`.
+
+Without a kubelet for the node, or for a request that is no upgrade, the answer is 400
+BadRequest naming the subresource: `pods/exec is not supported by kubemesh: its containers are
+emulated and run no processes (...)`, the same words a kubelet of the emulated runtime uses.
+kubectl decodes the Status from the failed upgrade and prints it (`Error from server
+(BadRequest): ...` for exec and attach, `error upgrading connection: ...` for port-forward); it
+never waits.
 """
 
 from __future__ import annotations

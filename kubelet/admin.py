@@ -181,19 +181,23 @@ def routes(nodes: Mapping[str, EmulatedNode], *, clock: Clock) -> list[web.Route
             node.pods.log_streams -= 1
         return resp
 
-    def runs_of(node: EmulatedNode, namespace: str, pod: str) -> Any:
+    def runs_of(node: EmulatedNode, namespace: str, pod: str, *, sub: str = "", container: str = "") -> Any:
         entry = node.pods.entries.get(f"{namespace}/{pod}")
         if entry is None:
             raise web.HTTPNotFound(text=f'pod "{pod}" does not exist')
         if entry.processes is None or node.pods.processes is None:
-            raise web.HTTPBadRequest(text=f"pod {pod} runs no processes: its containers are emulated")
+            # The apiserver's words for a kubelet that runs no processes (`kubemesh.apiserver.podstreams`).
+            target = f'pod "{pod}"' + (f', container "{container}"' if container else "")
+            raise web.HTTPBadRequest(text=f"pods/{sub} is not supported by kubemesh: its containers are emulated "
+                                          f"and run no processes ({target})")
         return entry.processes
 
     def exec_or_attach(*, attach: bool) -> Handler:
         async def handler(request: web.Request) -> web.StreamResponse:
             node = node_of(request)
             info = request.match_info
-            processes = runs_of(node, info["namespace"], info["pod"])
+            processes = runs_of(node, info["namespace"], info["pod"], sub="attach" if attach else "exec",
+                                container=info["container"])
             run = processes.run_of(info["container"])
             if run is None:
                 raise web.HTTPBadRequest(text=f'container {info["container"]} is not running in pod {info["pod"]}')
@@ -205,12 +209,12 @@ def routes(nodes: Mapping[str, EmulatedNode], *, clock: Clock) -> list[web.Route
     async def portforward(request: web.Request) -> web.StreamResponse:
         node = node_of(request)
         info = request.match_info
-        processes = runs_of(node, info["namespace"], info["pod"])
+        processes = runs_of(node, info["namespace"], info["pod"], sub="portforward")
         return await streams.serve_portforward(request, pod=info["pod"],
                                                uid=str((processes.pod.get("metadata") or {}).get("uid", "")))
 
     def freeze(node: EmulatedNode, body: dict[str, Any]) -> dict[str, list[str]]:
-        processes = runs_of(node, str(body.get("namespace") or "default"), str(body["pod"]))
+        processes = runs_of(node, str(body.get("namespace") or "default"), str(body["pod"]), sub="freeze")
         return {"frozen" if body.get("frozen", True) else "thawed":
                 processes.freeze(container=body.get("container"), frozen=bool(body.get("frozen", True)))}
 
