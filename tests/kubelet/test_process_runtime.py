@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import gzip
+import signal
 import socket
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,6 +29,7 @@ from kubernetes_asyncio import config as _ak8s_config
 from kubernetes_asyncio.stream import WsApiClient as _WsApiClient
 
 from kubemesh.services.machinery.client import ApiClient, NotFoundError
+from kubemesh.services.mesh.endpoint import EndpointError, MeshEndpoint
 from kubemesh.services.mesh.launching import Mesh, MeshSpec
 from kubemesh.services.model.kinds import CONFIGMAPS, PODS, SECRETS, Obj
 from kubemesh.services.process import groups
@@ -361,16 +364,59 @@ async def test_kill_9_of_the_kubelet_then_its_restart_leaves_no_process(mesh: Me
     await delete_and_wait(api, "orphan")
 
 
-async def test_stopping_the_mesh_leaves_no_process(tmp_path: Path) -> None:
-    spec = MeshSpec(nodes=1, components=("apiserver", "scheduler", "kubelet"), runtime="process", seed=25,
+BOUND_BACKGROUND = pod("bg", sh("main", "echo $$$$ > pgid.main; sleep 3600 & sleep 3600"), nodeName="node-1")
+"""A pod bound to its node (no scheduler needed) whose shell leaves a child of its own running."""
+
+
+class _Failed(Exception):
+    """Stands for a failing test inside the mesh's block."""
+
+
+async def test_a_failing_test_that_stops_its_mesh_leaves_no_process(tmp_path: Path) -> None:
+    spec = MeshSpec(nodes=1, components=("apiserver", "kubelet"), runtime="process", seed=25,
                     clock_rate=RATE, start_timeout=90.0, state_dir=tmp_path / "mesh")
-    async with Mesh(spec) as m:
-        c = m.client("test")
-        try:
-            await c.create(PODS, pod("bg", sh("main", "echo $$$$ > pgid.main; sleep 3600 & sleep 3600")), namespace=NS)
+    pgid = 0
+    with pytest.raises(_Failed):
+        async with Mesh(spec) as m:
+            c = m.client("test")
+            try:
+                await c.create(PODS, BOUND_BACKGROUND, namespace=NS)
+                await running(c, "bg")
+                pgid = await group_of(m, "bg")
+                assert groups.members(pgid)
+                raise _Failed
+            finally:
+                await c.close()
+    assert pgid and not groups.members(pgid)
+
+
+async def test_ctrl_c_of_kubemesh_up_leaves_no_process(tmp_path: Path) -> None:
+    state = tmp_path / "up"
+    kubemesh = Path(sys.executable).parent / "kubemesh"  # the installed command, as a user runs it
+    up = await asyncio.create_subprocess_exec(
+        str(kubemesh), "up", "--nodes", "1", "--runtime", "process", "--components", "apiserver,kubelet",
+        "--state-dir", str(state), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        async def described() -> MeshEndpoint | None:
+            try:
+                endpoint = MeshEndpoint.resolve(state_dir=state)
+            except EndpointError:
+                return None
+            return endpoint if (state / "mesh.json").exists() else None
+
+        endpoint = await eventually(described, what="kubemesh up started", within=90)
+        await endpoint.wait_nodes_ready(1, timeout=90)
+        async with endpoint.client("test") as c:
+            await c.create(PODS, BOUND_BACKGROUND, namespace=NS)
             await running(c, "bg")
-            pgid = await group_of(m, "bg")
-            assert groups.members(pgid)
-        finally:
-            await c.close()
-    assert not groups.members(pgid)
+        root = state / "pods"
+        pgid = await eventually(lambda: asyncio.sleep(0, result=next(
+            (int(p.read_text()) for p in root.glob(f"*/{NS}_bg_*/rootfs/pgid.main") if p.read_text().strip()),
+            None)), what="the container's group")
+        up.send_signal(signal.SIGINT)
+        await asyncio.wait_for(up.wait(), timeout=60)
+        assert not groups.members(pgid)
+    finally:
+        if up.returncode is None:
+            up.kill()
+            await up.wait()
