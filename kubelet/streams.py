@@ -301,7 +301,7 @@ async def serve_portforward(request: web.Request, *, pod: str, uid: str) -> web.
     """
     if request.headers.get("Upgrade", "").lower() == "websocket":
         if SPDY_OVER_WEBSOCKET not in offered(request, "Sec-WebSocket-Protocol"):
-            raise web.HTTPBadRequest(text=f"port-forward over websockets needs the {SPDY_OVER_WEBSOCKET} subprotocol")
+            return await _portforward_channels(request, pod=pod, uid=uid)
         ws = web.WebSocketResponse(protocols=(SPDY_OVER_WEBSOCKET,), max_msg_size=0, autoclose=False)
         await ws.prepare(request)
 
@@ -330,6 +330,64 @@ async def serve_portforward(request: web.Request, *, pod: str, uid: str) -> web.
                                                           "X-Stream-Protocol-Version": PORT_FORWARD})
     await _portforward(spdy.Session(read=read, write=write), pod=pod, uid=uid)
     return resp
+
+
+async def _portforward_channels(request: web.Request, *, pod: str, uid: str) -> web.StreamResponse:
+    """Port-forward over the websocket channel protocol (the official Python client's `portforward`).
+
+    The query names the ports (`ports=8080,9090`); port number i has data channel 2i and error
+    channel 2i+1, and each channel's first message is the port number (two bytes, little endian).
+    Each port is one TCP connection to 127.0.0.1 for the session; the session ends when every
+    connection ended or the client leaves.
+    """
+    try:
+        ports = [int(p) for raw in request.query.getall("ports", []) for p in raw.split(",") if p.strip()]
+    except ValueError:
+        raise web.HTTPBadRequest(text="ports must be port numbers") from None
+    if not ports:
+        raise web.HTTPBadRequest(text="at least one port must be specified")
+    ws = web.WebSocketResponse(protocols=(*PROTOCOLS, PORT_FORWARD, "channel.k8s.io"), max_msg_size=0,
+                               autoclose=False)
+    await ws.prepare(request)
+    writers: dict[int, asyncio.StreamWriter] = {}
+    for i, port in enumerate(ports):
+        for channel in (2 * i, 2 * i + 1):
+            await ws.send_bytes(bytes([channel]) + port.to_bytes(2, "little"))
+
+    async def pump(i: int, port: int) -> None:
+        try:
+            reader, writers[i] = await asyncio.open_connection("127.0.0.1", port)
+        except OSError as exc:
+            await ws.send_bytes(bytes([2 * i + 1]) + (f"error forwarding port {port} to pod {pod}, uid {uid}: "
+                                                      f"failed to connect to localhost:{port}: {exc}").encode())
+            return
+        while chunk := await reader.read(65536):
+            await ws.send_bytes(bytes([2 * i]) + chunk)
+
+    async def inbound() -> None:
+        async for msg in ws:
+            data = msg.data if isinstance(msg.data, bytes) else str(msg.data).encode()
+            if msg.type in (WSMsgType.BINARY, WSMsgType.TEXT) and len(data) > 1 and data[0] % 2 == 0:
+                writer = writers.get(data[0] // 2)
+                if writer is not None:
+                    writer.write(data[1:])
+                    await writer.drain()
+
+    async def every_port() -> None:
+        await asyncio.gather(*(pump(i, p) for i, p in enumerate(ports)), return_exceptions=True)
+
+    pumps = asyncio.ensure_future(every_port())
+    reading = asyncio.ensure_future(inbound())
+    try:
+        await asyncio.wait({pumps, reading}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        reading.cancel()
+        pumps.cancel()
+        for writer in writers.values():
+            writer.close()
+        with contextlib.suppress(Exception):
+            await ws.close()
+    return ws
 
 
 async def _portforward(session: spdy.Session, *, pod: str, uid: str) -> None:

@@ -15,6 +15,7 @@ import gzip
 import signal
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,6 +24,7 @@ import pytest
 import pytest_asyncio
 from kubernetes import client as _k8s
 from kubernetes import config as _k8s_config
+from kubernetes.stream import portforward as _portforward
 from kubernetes.stream import stream as _stream
 from kubernetes_asyncio import client as _ak8s
 from kubernetes_asyncio import config as _ak8s_config
@@ -40,6 +42,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module"), pytest
 k8s: Any = _k8s
 k8s_config: Any = _k8s_config
 stream: Any = _stream
+portforward: Any = _portforward
 ak8s: Any = _ak8s
 ak8s_config: Any = _ak8s_config
 WsApiClient: Any = _WsApiClient
@@ -347,6 +350,36 @@ async def test_exec_with_kubernetes_asyncio(mesh: Mesh, api: ApiClient) -> None:
                                                        stderr=True, stdin=False, stdout=True, tty=False)
         assert out == "a\nb\nc\n"
     await delete_and_wait(api, "ashell")
+
+
+async def test_port_forward_with_the_official_client(mesh: Mesh, api: ApiClient) -> None:
+    port = free_port()
+    server = {"name": "main", "image": "python:3",
+              "command": ["python3", "-m", "http.server", str(port), "--bind", "127.0.0.1"]}
+    await api.create(PODS, pod("pyweb", server), namespace=NS)
+    await running(api, "pyweb")
+
+    def get() -> bytes:
+        v1 = core(mesh)
+        for _ in range(50):  # the server listens a moment after its process started
+            pf = portforward(v1.connect_get_namespaced_pod_portforward, "pyweb", NS, ports=str(port))
+            sock = pf.socket(port)
+            sock.setblocking(True)
+            sock.sendall(b"GET / HTTP/1.0\r\nHost: pyweb\r\n\r\n")
+            reply = b""
+            while chunk := sock.recv(65536):
+                reply += chunk
+            sock.close()
+            if reply:
+                return reply
+            assert pf.error(port) is None or "failed to connect" in str(pf.error(port))
+            time.sleep(0.2)
+        raise AssertionError("no answer through the port-forward")
+
+    reply = await asyncio.to_thread(get)
+    assert reply.startswith(b"HTTP/1.0 200"), reply[:200]
+    assert b"Directory listing" in reply
+    await delete_and_wait(api, "pyweb")
 
 
 # ------------------------------------------------------------------------------------------ nothing left behind
