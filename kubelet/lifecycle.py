@@ -156,6 +156,10 @@ class ContainerProcesses(Protocol):
         """(code, cluster time, reason, message) once the run ended by itself."""
         ...
 
+    def ready(self, container_id: str) -> bool:
+        """Whether the run passes its readiness probe (True without one)."""
+        ...
+
 
 class LogUnavailable(Exception):
     """No log to show for a container in its state (the kubelet answers 400 with this message)."""
@@ -508,7 +512,7 @@ class PodMachine:
         inits_done = all(i.state == "terminated" and i.exit_code == 0 for i in self.inits)
         if self.init_containers and sandbox and inits_done:
             self._set("Initialized", "True", now)
-        ready = bool(self.containers) and all(c.state == "running" for c in self.containers) \
+        ready = bool(self.containers) and all(self._ready(c) for c in self.containers) \
             and not self.terminal
         self._set("ContainersReady", "True" if ready else "False", now)
         self._set("Ready", "True" if ready else "False", now)
@@ -550,7 +554,7 @@ class PodMachine:
     def conditions(self) -> list[dict[str, Any]]:
         """The pod conditions this kubelet owns, in upstream's order."""
         out: list[dict[str, Any]] = list(self.extra_conditions)
-        unready = [c.name for c in self.containers if c.state != "running"]
+        unready = [c.name for c in self.containers if not self._ready(c)]
         for ctype in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"):
             if ctype not in self.transitions:
                 continue
@@ -566,6 +570,10 @@ class PodMachine:
             out.append(cond)
         return out
 
+    def _ready(self, c: Container) -> bool:
+        """Running, and (with processes) passing its readiness probe."""
+        return c.state == "running" and (self.processes is None or self.processes.ready(c.container_id))
+
     def _container_status(self, c: Container) -> dict[str, Any]:
         if c.state == "running":
             state: dict[str, Any] = {"running": {"startedAt": format_time(c.started_at or 0.0)}}
@@ -578,7 +586,7 @@ class PodMachine:
             state = {"waiting": waiting}
         out: dict[str, Any] = {
             "name": c.name, "image": c.image, "imageID": image_id(c.image) if c.container_id else "",
-            "ready": c.state == "running" and not self.terminating,
+            "ready": self._ready(c) and not self.terminating,
             "started": c.state == "running", "restartCount": c.restart_count, "state": state,
             "lastState": {"terminated": c.last_terminated} if c.last_terminated else {},
         }

@@ -30,9 +30,11 @@ What a container is here:
   restarts by restartPolicy with CrashLoopBackOff on the cluster clock;
 * `stop` sends SIGTERM to the group, `kill` SIGKILL (the machine kills at the end of the grace
   period); `freeze`/`thaw` send SIGSTOP/SIGCONT (chaos);
-* liveness probes (`exec`, `httpGet`, `tcpSocket` against 127.0.0.1: every pod shares the
-  machine's network) run for real on the cluster clock's period; `failureThreshold`
-  consecutive failures kill the container (exit 137), which restarts it by restartPolicy.
+* liveness and readiness probes (`exec`, `httpGet`, `tcpSocket` against 127.0.0.1: every pod
+  shares the machine's network) run for real on the cluster clock's period; `failureThreshold`
+  consecutive liveness failures kill the container (exit 137), which restarts it by
+  restartPolicy; a container with a readiness probe is ready once `successThreshold` probes
+  passed and unready after `failureThreshold` failures (startup probes are not run).
 
 Every group is recorded under `<root>/groups` (`kubemesh.services.process.groups`): the
 runtime kills its groups when it shuts down, and a runtime starting over a root reaps the
@@ -191,6 +193,9 @@ class ContainerRun:
     probe: asyncio.Task[None] | None = None
     killed: bool = False
     frozen: bool = False
+    ready: bool = True
+    """Passing its readiness probe (False from the start when it has one, until a probe passes)."""
+    readiness: asyncio.Task[None] | None = None
 
 
 @dataclass(eq=False)
@@ -231,6 +236,7 @@ class PodProcesses:
     def start(self, *, name: str, container_id: str, log: ContainerLog) -> None:
         """Start a run of container `name` (in the background: its configuration needs the API)."""
         run = ContainerRun(name=name, container_id=container_id, log=log, spec=self._container_spec(name))
+        run.ready = not run.spec.get("readinessProbe")
         self.runs[container_id] = run
         run.task = asyncio.get_running_loop().create_task(self._run(run), name=f"run:{self.key}:{name}")
 
@@ -254,6 +260,11 @@ class PodProcesses:
             run.task.cancel()
         if run.probe is not None:
             run.probe.cancel()
+
+    def ready(self, container_id: str) -> bool:
+        """Whether the run passes its readiness probe (True without one)."""
+        run = self.runs.get(container_id)
+        return run is not None and run.ready
 
     def exit_of(self, container_id: str) -> Exit | None:
         """How the run ended, once it did."""
@@ -310,9 +321,12 @@ class PodProcesses:
         assert run.process is not None
         if run.spec.get("livenessProbe"):
             run.probe = asyncio.get_running_loop().create_task(self._liveness(run), name=f"probe:{run.name}")
+        if run.spec.get("readinessProbe"):
+            run.readiness = asyncio.get_running_loop().create_task(self._readiness(run), name=f"ready:{run.name}")
         await run.process.done.wait()
-        if run.probe is not None:
-            run.probe.cancel()
+        for task in (run.probe, run.readiness):
+            if task is not None:
+                task.cancel()
         run.exit = run.process.exit
         if not run.killed:
             self.notify()
@@ -463,6 +477,22 @@ class PodProcesses:
             link.unlink()
         if not link.exists():
             link.symlink_to(source)
+
+    async def _readiness(self, run: ContainerRun) -> None:
+        """Readiness: `successThreshold` passes make the run ready, `failureThreshold` failures unready."""
+        probe: Obj = run.spec.get("readinessProbe") or {}
+        clock = self.runtime.clock
+        period = float(probe.get("periodSeconds") or 10)
+        needed = {True: int(probe.get("successThreshold") or 1), False: int(probe.get("failureThreshold") or 3)}
+        await clock.sleep(float(probe.get("initialDelaySeconds") or 0))
+        streak: tuple[bool, int] = (True, 0)
+        while run.exit is None:
+            ok = await self.runtime.probe(probe, run=run, seconds=float(probe.get("timeoutSeconds") or 1))
+            streak = (ok, streak[1] + 1 if streak[0] == ok else 1)
+            if streak[1] >= needed[ok] and run.ready != ok:
+                run.ready = ok
+                self.notify()  # the worker writes the new ready state
+            await clock.sleep(period)
 
     async def _liveness(self, run: ContainerRun) -> None:
         probe: Obj = run.spec.get("livenessProbe") or {}

@@ -282,6 +282,22 @@ async def test_a_liveness_probe_against_a_frozen_process_restarts_the_container(
     await delete_and_wait(api, "frozen")
 
 
+async def test_a_readiness_probe_decides_ready(mesh: Mesh, api: ApiClient) -> None:
+    spec = sh("main", "sleep 1; touch ready; sleep 3600",
+              readinessProbe={"exec": {"command": ["test", "-f", "ready"]}, "periodSeconds": 2, "timeoutSeconds": 10})
+    await api.create(PODS, pod("readiness", spec), namespace=NS)
+    st = await running(api, "readiness")
+    assert st["containerStatuses"][0]["ready"] is False  # running, not yet ready
+
+    async def ready() -> Obj | None:
+        st = await status_of(api, "readiness")
+        conditions = {c["type"]: c["status"] for c in st.get("conditions") or []}
+        return st if st["containerStatuses"][0]["ready"] and conditions.get("Ready") == "True" else None
+
+    await eventually(ready, what="ready once the probe passes")
+    await delete_and_wait(api, "readiness")
+
+
 async def test_a_chaos_kill_is_reported_as_asked(mesh: Mesh, api: ApiClient) -> None:
     await api.create(PODS, pod("oom", sh("main", "echo $$$$ > pgid.main; sleep 3600")), namespace=NS)
     await running(api, "oom")
@@ -365,10 +381,13 @@ async def test_port_forward_with_the_official_client(mesh: Mesh, api: ApiClient)
             pf = portforward(v1.connect_get_namespaced_pod_portforward, "pyweb", NS, ports=str(port))
             sock = pf.socket(port)
             sock.setblocking(True)
-            sock.sendall(b"GET / HTTP/1.0\r\nHost: pyweb\r\n\r\n")
             reply = b""
-            while chunk := sock.recv(65536):
-                reply += chunk
+            try:
+                sock.sendall(b"GET / HTTP/1.0\r\nHost: pyweb\r\n\r\n")
+                while chunk := sock.recv(65536):
+                    reply += chunk
+            except OSError:  # not listening yet: the error channel said so and the session closed
+                reply = b""
             sock.close()
             if reply:
                 return reply
