@@ -569,7 +569,7 @@ class ProcessRuntime:
             master, slave = os.openpty()
             proc = await asyncio.create_subprocess_exec(
                 *argv, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
-                preexec_fn=_tty_preexec)
+                preexec_fn=_tty_preexec(slave))
             os.close(slave)
         else:
             proc = await asyncio.create_subprocess_exec(
@@ -679,14 +679,23 @@ def _port(value: Any, spec: Obj) -> int:
     return int(str(value))
 
 
-def _tty_preexec() -> None:
-    import fcntl  # noqa: PLC0415 - POSIX only, in the child
+def _tty_preexec(slave: int) -> Callable[[], None]:
+    """The child's set-up for a terminal session: its own session, with `slave` as controlling terminal."""
+    import fcntl  # noqa: PLC0415 - POSIX only
     import termios  # noqa: PLC0415
 
-    if _PREEXEC is not None:
-        _PREEXEC()
-    with contextlib.suppress(OSError):
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    def preexec() -> None:
+        if _PREEXEC is not None:
+            _PREEXEC()
+        # uvloop (the kubelet's loop) runs this before it starts the new session and before the
+        # terminal is on fd 0: lead a session now (EPERM if already) and take the terminal by the
+        # descriptor the parent opened, still open in the child until exec.
+        with contextlib.suppress(OSError):
+            os.setsid()
+        with contextlib.suppress(OSError):
+            fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+
+    return preexec
 
 
 def _pty_reader(master: int) -> Callable[[], Awaitable[bytes]]:

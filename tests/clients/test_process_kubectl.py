@@ -149,6 +149,7 @@ async def test_exec_it_runs_a_shell_on_a_terminal(mesh: Mesh, kubectl_command: K
 
         out, code = await asyncio.to_thread(run)
     assert b"\r\n42\r\n" in out, out
+    assert b"job control turned off" not in out, out  # the terminal is the shell's controlling one
     assert code == 4, out
 
 
