@@ -314,6 +314,8 @@ class PodProcesses:
             run.exit = (128, clock.now(), "StartError", f"CreateContainerConfigError: {exc}")
         except OSError as exc:
             run.exit = (128, clock.now(), "StartError", f"failed to start container process: {exc}")
+        except Exception as exc:  # e.g. a Secret whose data is not base64: the run must still end, visibly
+            run.exit = (128, clock.now(), "StartError", f"CreateContainerConfigError: {type(exc).__name__}: {exc}")
         if run.exit is not None:
             log.info("container failed to start", pod=self.key, container=run.name, error=run.exit[3])
             self.notify()
