@@ -253,6 +253,15 @@ async def test_sigterm_then_sigkill_at_the_grace_period(mesh: Mesh, api: ApiClie
     pgids = [await group_of(mesh, "grace", c) for c in ("polite", "stubborn")]
     assert all(groups.members(g) for g in pgids)
     await api.delete(PODS, "grace", namespace=NS)
+
+    async def polite_exited() -> dict[str, Obj] | None:
+        st = {c["name"]: c["state"] for c in (await status_of(api, "grace"))["containerStatuses"]}
+        return st if "terminated" in st["polite"] else None
+
+    states = await eventually(polite_exited, what="the container that traps SIGTERM exited")
+    assert states["polite"]["terminated"]["exitCode"] == 7  # its trap ran: SIGTERM came first
+    assert "running" in states["stubborn"]  # SIGTERM ignored: it runs on until the grace period ends
+    assert groups.members(pgids[1])
     await eventually(lambda: asyncio.sleep(0, result=not any(groups.members(g) for g in pgids)),
                      what="both containers' processes gone", within=20)
 
