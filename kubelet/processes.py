@@ -32,8 +32,8 @@ What a container is here:
   period); `freeze`/`thaw` send SIGSTOP/SIGCONT (chaos);
 * liveness and readiness probes (`exec`, `httpGet`, `tcpSocket` against 127.0.0.1: every pod
   shares the machine's network) run for real on the cluster clock's period; `failureThreshold`
-  consecutive liveness failures kill the container (exit 137), which restarts it by
-  restartPolicy; a container with a readiness probe is ready once `successThreshold` probes
+  consecutive liveness failures kill the container (SIGTERM, SIGKILL after the grace period),
+  which restarts it by restartPolicy; a container with a readiness probe is ready once `successThreshold` probes
   passed and unready after `failureThreshold` failures (startup probes are not run).
 
 Every group is recorded under `<root>/groups` (`kubemesh.services.process.groups`): the
@@ -510,7 +510,15 @@ class PodProcesses:
             if failures >= threshold:
                 log.info("liveness probe failed; killing the container", pod=self.key, container=run.name)
                 if run.process is not None:
-                    run.process.signal(signal.SIGKILL)
+                    # As the kubelet kills: SIGTERM, then SIGKILL after the grace period (the probe's
+                    # own, else the pod's). A frozen process cannot act on SIGTERM: it dies at SIGKILL.
+                    grace = probe.get("terminationGracePeriodSeconds")
+                    if grace is None:
+                        grace = (self.pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+                    run.process.signal(signal.SIGTERM)
+                    await clock.sleep(float(grace) if isinstance(grace, int | float) else 30.0)
+                    if run.process.exit is None:
+                        run.process.signal(signal.SIGKILL)
                 return
             await clock.sleep(period)
 
