@@ -451,7 +451,8 @@ async def test_a_failing_test_that_stops_its_mesh_leaves_no_process(tmp_path: Pa
     assert pgid and not groups.members(pgid)
 
 
-async def test_ctrl_c_of_kubemesh_up_leaves_no_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", ["ctrl-c", "kubemesh down"])
+async def test_stopping_kubemesh_up_leaves_no_process(tmp_path: Path, stop: str) -> None:
     state = tmp_path / "up"
     kubemesh = Path(sys.executable).parent / "kubemesh"  # the installed command, as a user runs it
     up = await asyncio.create_subprocess_exec(
@@ -474,7 +475,12 @@ async def test_ctrl_c_of_kubemesh_up_leaves_no_process(tmp_path: Path) -> None:
         pgid = await eventually(lambda: asyncio.sleep(0, result=next(
             (int(p.read_text()) for p in root.glob(f"*/{NS}_bg_*/rootfs/pgid.main") if p.read_text().strip()),
             None)), what="the container's group")
-        up.send_signal(signal.SIGINT)
+        if stop == "ctrl-c":
+            up.send_signal(signal.SIGINT)
+        else:
+            down = await asyncio.create_subprocess_exec(str(kubemesh), "down", "--state-dir", str(state),
+                                                        stdout=asyncio.subprocess.DEVNULL)
+            assert await asyncio.wait_for(down.wait(), timeout=60) == 0
         await asyncio.wait_for(up.wait(), timeout=60)
         assert not groups.members(pgid)
     finally:
