@@ -19,6 +19,8 @@ What a container is here:
   stands for the container's file system root. A volume lives in `<pod dir>/volumes/<name>`
   (`emptyDir`; `configMap`, `secret`, `downwardAPI` and `projected` written as files) and each
   `volumeMount` is a symbolic link `rootfs/<mountPath>` to it (or to its `subPath`);
+  the files of ConfigMap, Secret and downward API volumes are written again every
+  `VOLUME_REFRESH` cluster seconds while the pod runs (each file replaced atomically);
   `workingDir` is `rootfs/<workingDir>` (default `rootfs`), so relative paths and
   `$KUBEMESH_ROOT/<mountPath>` reach the mounts. A mount path, `subPath` or item path that
   would leave the pod's directory (`..`, or a symbolic link a container made pointing out) is
@@ -80,6 +82,9 @@ Getter = Callable[[Kind, str, str], Awaitable[Obj]]
 Exit = tuple[int, float, str, str | None]
 """(exit code, cluster time, reason, message) of a finished run."""
 
+VOLUME_REFRESH: Final = 10.0
+"""Cluster seconds between two rewrites of a running pod's ConfigMap, Secret and downward API files
+(upstream's kubelet takes up to its sync period plus its cache's TTL, about a minute)."""
 DRAIN_WAIT: Final = 1.0
 """Wall seconds to wait for the output pipes after the process exited (a child may hold them)."""
 
@@ -210,6 +215,8 @@ class PodProcesses:
     host_ip: str
     pod_ip: str | None = None
     runs: dict[str, ContainerRun] = field(default_factory=dict)
+    refresher: asyncio.Task[None] | None = None
+    """Rewrites the pod's ConfigMap, Secret and downward API files while the pod runs."""
 
     @property
     def key(self) -> str:
@@ -238,6 +245,8 @@ class PodProcesses:
         run = ContainerRun(name=name, container_id=container_id, log=log, spec=self._container_spec(name))
         run.ready = not run.spec.get("readinessProbe")
         self.runs[container_id] = run
+        if self.refresher is None:
+            self.refresher = asyncio.get_running_loop().create_task(self._refresh(), name=f"volumes:{self.key}")
         run.task = asyncio.get_running_loop().create_task(self._run(run), name=f"run:{self.key}:{name}")
 
     def stop(self, container_id: str) -> None:
@@ -293,9 +302,12 @@ class PodProcesses:
         return hit
 
     def kill_all(self) -> None:
-        """SIGKILL every run of the pod."""
+        """SIGKILL every run of the pod (and stop rewriting its files)."""
         for cid in list(self.runs):
             self.kill(cid)
+        if self.refresher is not None:
+            self.refresher.cancel()
+            self.refresher = None
 
     def remove(self) -> None:
         """Kill every run and remove the pod's directory."""
@@ -418,6 +430,14 @@ class PodProcesses:
                 env[name] = "0"
         return env
 
+    async def _refresh(self) -> None:
+        """Every `VOLUME_REFRESH` cluster seconds, write the projected files again from the API."""
+        while True:
+            await self.runtime.clock.sleep(VOLUME_REFRESH)
+            if self.directory.is_dir():
+                with contextlib.suppress(Exception):  # a source gone or unreachable: the files stay as they were
+                    await self._volumes(self.directory)
+
     async def _volumes(self, pod_dir: Path) -> None:
         for vol in (self.pod.get("spec") or {}).get("volumes") or []:
             name = str(vol.get("name", ""))
@@ -439,7 +459,10 @@ class PodProcesses:
                 path = target / safe_relative(rel, what="volume item path")
                 path.parent.mkdir(parents=True, exist_ok=True)
                 _inside(path.parent, pod_dir)
-                path.write_bytes(data)
+                if not path.exists() or path.read_bytes() != data:
+                    staged = path.with_name(f".{path.name}.new")
+                    staged.write_bytes(data)
+                    staged.replace(path)  # a reader sees the old content or the new, never half of it
 
     async def _files(self, kind_name: str, src: Obj) -> dict[str, bytes]:
         if kind_name == "downwardAPI":

@@ -195,6 +195,25 @@ async def test_a_container_runs_its_command_with_env_and_volumes_and_its_output_
     await delete_and_wait(api, "envvol")
 
 
+async def test_a_config_map_volume_follows_its_config_map(mesh: Mesh, api: ApiClient) -> None:
+    await api.create(CONFIGMAPS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "live"},
+                                  "data": {"greeting": "first"}}, namespace=NS)
+    spec = sh("main", 'while true; do cat "$KUBEMESH_ROOT/etc/live/greeting"; echo; sleep 0.2; done',
+              volumeMounts=[{"name": "live", "mountPath": "/etc/live"}])
+    await api.create(PODS, pod("follower", spec, volumes=[{"name": "live", "configMap": {"name": "live"}}]),
+                     namespace=NS)
+    await running(api, "follower")
+
+    async def logged(word: str) -> bool:
+        text = await asyncio.to_thread(lambda: core(mesh).read_namespaced_pod_log("follower", NS, tail_lines=1))
+        return text.strip() == word
+
+    await eventually(lambda: logged("first"), what="the first value read")
+    await api.patch(CONFIGMAPS, "live", {"data": {"greeting": "second"}}, namespace=NS)
+    await eventually(lambda: logged("second"), what="the new value read from the same file")
+    await delete_and_wait(api, "follower")
+
+
 async def test_a_sub_path_that_leaves_the_volume_is_refused(mesh: Mesh, api: ApiClient) -> None:
     spec = sh("main", "echo should not run", volumeMounts=[
         {"name": "scratch", "mountPath": "/data", "subPath": "a/../../../outside"}])
