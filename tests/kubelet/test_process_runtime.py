@@ -206,7 +206,7 @@ async def test_a_config_map_volume_follows_its_config_map(mesh: Mesh, api: ApiCl
 
     async def logged(word: str) -> bool:
         text = await asyncio.to_thread(lambda: core(mesh).read_namespaced_pod_log("follower", NS, tail_lines=1))
-        return text.strip() == word
+        return str(text).strip() == word
 
     await eventually(lambda: logged("first"), what="the first value read")
     await api.patch(CONFIGMAPS, "live", {"data": {"greeting": "second"}}, namespace=NS)
