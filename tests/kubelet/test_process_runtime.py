@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import gzip
+import json
 import signal
 import socket
 import sys
@@ -393,6 +394,35 @@ async def test_exec_with_kubernetes_asyncio(mesh: Mesh, api: ApiClient) -> None:
         out = await v1.connect_get_namespaced_pod_exec("ashell", NS, command=["sh", "-c", "echo a; echo b; echo c"],
                                                        stderr=True, stdin=False, stdout=True, tty=False)
         assert out == "a\nb\nc\n"
+
+        async def session(command: list[str], *, stdin: bytes = b"") -> tuple[bytes, Obj]:
+            """stdout and the error channel's Status of one exec over the client's raw websocket."""
+            connect = await v1.connect_get_namespaced_pod_exec("ashell", NS, command=command, stderr=True,
+                                                               stdin=bool(stdin), stdout=True, tty=False,
+                                                               _preload_content=False)
+            stdout, status = b"", b""
+            async with connect as sock:
+                if stdin:
+                    await sock.send_bytes(bytes([0]) + stdin)
+                async for msg in sock:
+                    data = msg.data if isinstance(msg.data, bytes) else str(msg.data).encode()
+                    if data[:1] == b"\x01":
+                        stdout += data[1:]
+                    elif data[:1] == b"\x03":
+                        status += data[1:]
+            return stdout, json.loads(status)
+
+        raw, status = await session(["sh", "-c", "printf 'kubemesh %.0s' $(seq 100) | gzip -c"])
+        assert gzip.decompress(raw) == b"kubemesh " * 100 and status["status"] == "Success"
+        for code in (0, 1, 3):
+            _, status = await session(["sh", "-c", f"exit {code}"])
+            if code == 0:
+                assert status == {"metadata": {}, "status": "Success"}
+            else:
+                assert (status["status"], status["reason"]) == ("Failure", "NonZeroExitCode")
+                assert status["details"]["causes"] == [{"reason": "ExitCode", "message": str(code)}]
+        out_bytes, status = await session(["sh"], stdin=b"echo $((6 * 7))\nexit 5\n")
+        assert out_bytes == b"42\n" and status["details"]["causes"][0]["message"] == "5"
     await delete_and_wait(api, "ashell")
 
 
