@@ -1,4 +1,4 @@
-"""The pods' streaming subresources: `log` proxied to the pod's kubelet; `exec`, `attach`, `portforward` refused.
+"""The pods' streaming subresources, proxied to the pod's kubelet: `log`, and `exec`, `attach`, `portforward`.
 
 `GET /api/v1/namespaces/{ns}/pods/{name}/log` is served as kube-apiserver serves it:
 
@@ -22,10 +22,23 @@
 
 `exec`, `attach` and `portforward` (GET or POST, plain or an upgrade to SPDY or WebSocket, the
 requests kubectl sends) check the pod and container as upstream does (404, the container
-400s, 400 `pod X does not have a host assigned`) and then answer 400 BadRequest naming the
-subresource: kubemesh's containers are emulated and run no processes. kubectl decodes the
-Status from the failed upgrade and prints it (`Error from server (BadRequest): ...` for exec
-and attach, `error upgrading connection: ...` for port-forward); it never waits.
+400s, 400 `pod X does not have a host assigned`). An upgrade request for a pod whose node a
+kubelet registered is then proxied to that kubelet as kube-apiserver proxies it: the request
+line and the upgrade headers (`Upgrade`, `Connection`, `Sec-WebSocket-*`,
+`X-Stream-Protocol-Version`) go to `{admin}/nodes/{node}/{exec|attach}/{ns}/{pod}/{container}`
+or `{admin}/nodes/{node}/portforward/{ns}/{pod}` with the query as sent; the kubelet's `101
+Switching Protocols` goes back to the client and from then on the bytes are relayed both ways,
+unchanged, until either side closes (websocket frames and SPDY frames alike: the kubelet speaks
+the stream protocols, `kubemesh.kubelet.streams`). A kubelet's refusal is relayed as a Status (a
+400 with its words: an emulated pod's containers run no process; 404; anything else an
+InternalError), and an unreachable kubelet is an InternalError `error dialing backend: ...`.
+
+Without a kubelet for the node, or for a request that is no upgrade, the answer is 400
+BadRequest naming the subresource: `pods/exec is not supported by kubemesh: its containers are
+emulated and run no processes (...)`, the same words a kubelet of the emulated runtime uses.
+kubectl decodes the Status from the failed upgrade and prints it (`Error from server
+(BadRequest): ...` for exec and attach, `error upgrading connection: ...` for port-forward); it
+never waits.
 """
 
 from __future__ import annotations
@@ -39,11 +52,13 @@ from urllib.parse import quote
 import aiohttp
 import structlog
 from aiohttp import web
+from yarl import URL
 
 from kubemesh.apiserver import errors, fielderrors
 from kubemesh.apiserver.registry import Registry
 from kubemesh.apiserver.serving import Target, flag
 from kubemesh.services.machinery.clock import parse_time
+from kubemesh.services.machinery.upgrading import Reader, Writer, take_over
 from kubemesh.services.model.kinds import PODS, Kind, Obj
 
 log = structlog.get_logger("apiserver.podstreams")
@@ -51,7 +66,13 @@ log = structlog.get_logger("apiserver.podstreams")
 Handler = Callable[[web.Request, Target], Awaitable[web.StreamResponse]]
 
 PROCESS_SUBRESOURCES: Final = ("exec", "attach", "portforward")
-"""Subresources that reach a container's process: refused, kubemesh runs none."""
+"""Subresources that reach a container's process: refused unless a kubelet runs processes."""
+PROXIED: Final = ("exec", "attach", "portforward")
+"""Those proxied to the pod's kubelet (an upgraded connection, relayed byte for byte)."""
+_HOP_HEADERS: Final = ("upgrade", "connection", "sec-websocket-key", "sec-websocket-version",
+                       "sec-websocket-protocol", "sec-websocket-extensions", "x-stream-protocol-version")
+"""Request headers passed on to the kubelet with an upgrade."""
+_HEAD_LIMIT: Final = 64 * 1024
 
 _LOG_OPTIONS: Final = Kind(group="", version="v1", kind="PodLogOptions", plural="podlogoptions",
                            singular="podlogoptions", namespaced=True)
@@ -137,6 +158,15 @@ def _relay_error(status: int, text: str, name: str) -> errors.StatusError:
                               details={"name": name, "kind": "pods/log"})
 
 
+def _upgrade_error(status: int, text: str) -> errors.StatusError:
+    """A kubelet's refusal of an upgrade as kube-apiserver relays it."""
+    if status == 400:
+        return errors.bad_request(text)
+    if status == 404:
+        return errors.StatusError(404, "NotFound", text)
+    return errors.internal(f"error upgrading connection: {status} {text}")
+
+
 class PodStreams:
     """The handlers of pods' log, exec, attach and portforward (see the module docstring)."""
 
@@ -152,6 +182,7 @@ class PodStreams:
         """Handlers by pods subresource name."""
         out: dict[str, Handler] = {"log": self.log}
         out.update({sub: self.refuse for sub in PROCESS_SUBRESOURCES})
+        out.update({sub: self.upgrade for sub in PROXIED})
         return out
 
     async def close(self) -> None:
@@ -228,6 +259,76 @@ class PodStreams:
             log.debug("log stream ended early", pod=what, error=str(exc))
         finally:
             task.cancel()
+
+    async def upgrade(self, request: web.Request, t: Target) -> web.StreamResponse:
+        """exec, attach: an upgrade proxied to the pod's kubelet, else refused (see the module docstring)."""
+        sub = str(t.sub)
+        pod, namespace, name = self._pod(t)
+        container = "" if sub == "portforward" else choose_container(pod, name, request.query.get("container"))
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        base = self.kubelet_of(node) if node else None
+        if base is None or "upgrade" not in request.headers.get("Connection", "").lower():
+            return await self.refuse(request, t)
+        url = URL(base)
+        parts = ("", "nodes", node, sub, namespace, name, *((container,) if container else ()))
+        path = "/".join(quote(p, safe="") for p in parts)
+        query = request.rel_url.raw_query_string
+        head = [f"{request.method} {path}{'?' + query if query else ''} HTTP/1.1",
+                f"Host: {url.host}:{url.port}"]
+        head += [f"{k}: {v}" for k, v in request.headers.items() if k.lower() in _HOP_HEADERS]
+        if self.token:
+            head.append(f"Authorization: Bearer {self.token}")
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(url.host, url.port),
+                                                    timeout=self.connect_timeout)
+        except (OSError, TimeoutError) as exc:
+            raise errors.internal(f"error dialing backend: {str(exc) or type(exc).__name__}") from None
+        try:
+            writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+            raw = await reader.readuntil(b"\r\n\r\n")
+            status_line, *lines = raw.decode("latin-1").split("\r\n")
+            status = int(status_line.split(" ", 2)[1])
+            headers = [tuple(x.split(":", 1)) for x in lines if ":" in x]
+            if status != 101:
+                length = next((int(v) for k, v in headers if k.strip().lower() == "content-length"), 50_000)
+                text = (await reader.read(min(length, 50_000))).decode("utf-8", "replace").strip()
+                raise _upgrade_error(status, text)
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, IndexError) as exc:
+            writer.close()
+            raise errors.internal(f"error upgrading connection: {str(exc) or type(exc).__name__}") from None
+        except errors.StatusError:
+            writer.close()
+            raise
+        resp, client_read, client_write = await take_over(request, headers={k.strip(): v.strip() for k, v in headers})
+        await self._splice(request, client_read, client_write, reader, writer)
+        return resp
+
+    async def _splice(self, request: web.Request, client_read: Reader, client_write: Writer,
+                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Relay bytes both ways between the client's upgraded connection and the kubelet's until either ends."""
+        transport = request.transport
+
+        async def up() -> None:
+            while data := await client_read():
+                writer.write(data)
+                await writer.drain()
+            writer.write_eof()
+
+        async def down() -> None:
+            while data := await reader.read(65536):
+                await client_write(data)
+
+        tasks = {asyncio.ensure_future(up()), asyncio.ensure_future(down())}
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            for task in tasks:
+                task.cancel()
+            writer.close()
+            if transport is not None:
+                transport.close()
 
     async def refuse(self, request: web.Request, t: Target) -> web.StreamResponse:
         """exec, attach, portforward: checked as upstream checks them, then refused."""

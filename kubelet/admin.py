@@ -21,6 +21,9 @@ state after it (`changed` says whether anything changed).
 | `POST /nodes/{node}/containers/slow`    | `{"startDelay"?: s, "stopDelay"?: s or null}`     |
 | `POST /nodes/{node}/zombie`             | `{"enabled": true or false}`                      |
 | `GET  /nodes/{node}/containerLogs/{namespace}/{pod}/{container}` | a container's log (below)|
+| `GET|POST /nodes/{node}/exec|attach/{namespace}/{pod}/{container}` | websocket or SPDY       |
+| `GET|POST /nodes/{node}/portforward/{namespace}/{pod}` | SPDY, or SPDY in a websocket (`streams`) |
+| `POST /nodes/{node}/containers/freeze`  | `{"namespace"?, "pod", "container"?, "frozen"}`   |
 
 `containers/fail`: without `pod`, every pod of the node; `namespace` defaults to `default`;
 `exitCode` to 1 and `reason` to `Error`. `{"reason": "OOMKilled", "exitCode": 137}` is an OOM
@@ -42,6 +45,11 @@ pod, 400 (the kubelet's words) when the container's state has no log, 500 while 
 powered off. A `follow` stream ends when the run ends, its pod leaves the node, or the
 client leaves.
 
+`exec`/`attach` (process runtime only, `kubemesh.kubelet.streams`): 404 when the node runs no
+such pod, 400 when the pod is emulated or the container runs no process. `containers/freeze`
+sends SIGSTOP (`frozen: true`) or SIGCONT to the processes of the pod's containers (all, or the
+one named): a frozen process answers no probe, so its liveness probe fails for real.
+
 Condition types: Ready, MemoryPressure (the node then evicts one pod per 10 s, BestEffort
 first), DiskPressure, PIDPressure (reported, and admission refuses new pods), or any other.
 """
@@ -54,6 +62,7 @@ from typing import Any
 
 from aiohttp import web
 
+from kubemesh.kubelet import streams
 from kubemesh.kubelet.containerlogs import LogOptions
 from kubemesh.kubelet.lifecycle import LogUnavailable
 from kubemesh.kubelet.nodes import EmulatedNode
@@ -172,8 +181,50 @@ def routes(nodes: Mapping[str, EmulatedNode], *, clock: Clock) -> list[web.Route
             node.pods.log_streams -= 1
         return resp
 
+    def runs_of(node: EmulatedNode, namespace: str, pod: str, *, sub: str = "", container: str = "") -> Any:
+        entry = node.pods.entries.get(f"{namespace}/{pod}")
+        if entry is None:
+            raise web.HTTPNotFound(text=f'pod "{pod}" does not exist')
+        if entry.processes is None or node.pods.processes is None:
+            # The apiserver's words for a kubelet that runs no processes (`kubemesh.apiserver.podstreams`).
+            target = f'pod "{pod}"' + (f', container "{container}"' if container else "")
+            raise web.HTTPBadRequest(text=f"pods/{sub} is not supported by kubemesh: its containers are emulated "
+                                          f"and run no processes ({target})")
+        return entry.processes
+
+    def exec_or_attach(*, attach: bool) -> Handler:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            node = node_of(request)
+            info = request.match_info
+            processes = runs_of(node, info["namespace"], info["pod"], sub="attach" if attach else "exec",
+                                container=info["container"])
+            run = processes.run_of(info["container"])
+            if run is None:
+                raise web.HTTPBadRequest(text=f'container {info["container"]} is not running in pod {info["pod"]}')
+            assert node.pods.processes is not None
+            return await streams.serve(request, runtime=node.pods.processes, run=run, attach=attach)
+
+        return handler
+
+    async def portforward(request: web.Request) -> web.StreamResponse:
+        node = node_of(request)
+        info = request.match_info
+        processes = runs_of(node, info["namespace"], info["pod"], sub="portforward")
+        return await streams.serve_portforward(request, pod=info["pod"],
+                                               uid=str((processes.pod.get("metadata") or {}).get("uid", "")))
+
+    def freeze(node: EmulatedNode, body: dict[str, Any]) -> dict[str, list[str]]:
+        processes = runs_of(node, str(body.get("namespace") or "default"), str(body["pod"]), sub="freeze")
+        return {"frozen" if body.get("frozen", True) else "thawed":
+                processes.freeze(container=body.get("container"), frozen=bool(body.get("frozen", True)))}
+
     return [
         web.get("/nodes", list_nodes),
+        *(method(f"/nodes/{{node}}/{op}/{{namespace}}/{{pod}}/{{container}}", exec_or_attach(attach=op == "attach"))
+          for method in (web.get, web.post) for op in ("exec", "attach")),
+        web.get("/nodes/{node}/portforward/{namespace}/{pod}", portforward),
+        web.post("/nodes/{node}/portforward/{namespace}/{pod}", portforward),
+        web.post("/nodes/{node}/containers/freeze", op(freeze)),
         web.get("/nodes/{node}/containerLogs/{namespace}/{pod}/{container}", container_log),
         web.get("/nodes/{node}", get_node),
         web.post("/nodes/{node}/power-off", op(lambda n, b: n.power_off())),

@@ -99,6 +99,11 @@ class ContainerLog:
         self.write(at, text)
         self.ended = at
 
+    def close(self, at: float) -> None:
+        """The run ended at `at` without a last line of the kubelet's (a real process's log)."""
+        if self.ended is None:
+            self.ended = at
+
     def visible(self, now: float) -> list[Line]:
         """The lines written by cluster time `now`."""
         return self.lines[: bisect.bisect_right(self.lines, now, key=lambda ln: ln.at)]

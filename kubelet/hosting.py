@@ -22,19 +22,22 @@ from __future__ import annotations
 
 import asyncio
 import random
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aiohttp
 import structlog
 
 from kubemesh.kubelet.heartbeating import LEASE_NAMESPACE
 from kubemesh.kubelet.nodes import EmulatedNode, NodeIdentity, PodSource
+from kubemesh.kubelet.processes import ProcessRuntime
 from kubemesh.kubelet.settings import KubeletSettings
 from kubemesh.kubelet.watching import NodePodWatch, SharedPodWatch
 from kubemesh.services.machinery.client import AlreadyExistsError, ApiClient, ApiError, RetrySettings
 from kubemesh.services.machinery.clock import Clock
 from kubemesh.services.model.codec import Encoding
-from kubemesh.services.model.kinds import NAMESPACES
+from kubemesh.services.model.kinds import NAMESPACES, Kind, Obj
 
 log = structlog.get_logger("kubelet.hosting")
 
@@ -53,6 +56,8 @@ class KubeletHost:
     encoding: Encoding = "msgpack"
     nodes: dict[str, EmulatedNode] = field(default_factory=dict)
     shared: SharedPodWatch | None = None
+    processes: ProcessRuntime | None = None
+    """The process runtime shared by the nodes (only with `--runtime process` or `opt-in`)."""
     _connector: aiohttp.TCPConnector | None = None
     _clients: list[ApiClient] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -73,6 +78,16 @@ class KubeletHost:
         if s.pod_watch == "shared":
             self.shared = SharedPodWatch(client=self._client(instance=self.instance, rng=self.rng),
                                          clock=self.clock, rng=random.Random(self.rng.getrandbits(64)))
+        if s.runtime != "emulated":
+            reader = self._client(instance=self.instance, rng=self.rng)
+
+            async def get(kind: Kind, namespace: str, name: str) -> Obj:
+                return await reader.get(kind, name, namespace=namespace)
+
+            base = Path(s.runtime_dir) if s.runtime_dir else Path(tempfile.gettempdir()) / "kubemesh-pods"
+            self.processes = ProcessRuntime(root=base / self.instance, clock=self.clock, getter=get, mode=s.runtime,
+                                            image_commands=dict(s.image_commands))
+            self.processes.open()  # reap what a killed predecessor of this instance left behind
         gate = asyncio.Semaphore(max(1, s.register_concurrency))
         first = s.node_offset + 1
         for index in range(first, first + s.nodes):
@@ -88,6 +103,7 @@ class KubeletHost:
                                       admin_port=self.admin_port),
                 settings=s, clock=self.clock, rng=node_rng, heartbeat_api=heartbeat, pod_api=pods,
                 pods=source, register_gate=gate)
+            self.nodes[name].pods.processes = self.processes
 
     async def ensure_lease_namespace(self) -> None:
         """Create `kube-node-lease` if the apiserver has not (ignored when it exists)."""
@@ -115,6 +131,8 @@ class KubeletHost:
         """Stop every node and close the clients and the connector."""
         for node in self.nodes.values():
             node.power_off()
+        if self.processes is not None:
+            self.processes.shutdown()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*(n.wait_stopped() for n in self.nodes.values()), *self._tasks,

@@ -43,6 +43,15 @@ Logs: every run of a container has its own `ContainerLog`, written at each trans
 SIGTERM, exit); the machine keeps the current run's and the last terminated run's, and
 `container_log` picks one as the kubelet's log endpoint does (`--previous` is the run that
 `lastState.terminated` names).
+
+Real processes (`kubemesh.kubelet.processes`): `use_processes` gives the machine the hooks of
+a process runtime. Then a run starts a process instead of printing the emulated lines; a
+container exits when its process does (`collect`, called before `advance`), not after
+`run-seconds`; SIGTERM goes to the process at deletion and SIGKILL at the end of the grace
+period (the stop deadline); a container finished by the machine (chaos, eviction, a pod gone)
+has its process killed; and init containers run one after the other, in order, before the
+containers start (a failing one restarts by restartPolicy with the same back-off, or fails the
+pod under `Never`). The log of such a run is the process's output only.
 """
 
 from __future__ import annotations
@@ -50,7 +59,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from kubemesh.kubelet.containerlogs import PREFIX, ContainerLog, printed_lines
 from kubemesh.kubelet.resources import Rejection, qos_class
@@ -128,6 +137,30 @@ class Container:
         return {k: v for k, v in rec.items() if v is not None}
 
 
+class ContainerProcesses(Protocol):
+    """The hooks of a process runtime for one pod (`kubemesh.kubelet.processes.PodProcesses`)."""
+
+    def start(self, *, name: str, container_id: str, log: ContainerLog) -> None:
+        """Start a run of container `name`, its output going to `log`."""
+        ...
+
+    def stop(self, container_id: str) -> None:
+        """SIGTERM the run."""
+        ...
+
+    def kill(self, container_id: str) -> None:
+        """SIGKILL the run (no-op once it exited)."""
+        ...
+
+    def exit_of(self, container_id: str) -> tuple[int, float, str, str | None] | None:
+        """(code, cluster time, reason, message) once the run ended by itself."""
+        ...
+
+    def ready(self, container_id: str) -> bool:
+        """Whether the run passes its readiness probe (True without one)."""
+        ...
+
+
 class LogUnavailable(Exception):
     """No log to show for a container in its state (the kubelet answers 400 with this message)."""
 
@@ -162,6 +195,10 @@ class PodMachine:
     """The pod is gone from the API but its containers run on (zombie mode)."""
     transitions: dict[str, tuple[str, float]] = field(default_factory=dict)
     extra_conditions: list[dict[str, Any]] = field(default_factory=list)
+    processes: ContainerProcesses | None = None
+    """Set by `use_processes`: the containers run as real processes."""
+    inits: list[Container] = field(default_factory=list)
+    """With processes: the init containers, run in order before the containers."""
 
     # -- construction ---------------------------------------------------------------------
 
@@ -214,6 +251,13 @@ class PodMachine:
             run_seconds=run_seconds, exit_code=int(code) if code is not None else 0,
         )
 
+    def use_processes(self, processes: ContainerProcesses, pod: Obj) -> None:
+        """Run the containers (and init containers) of `pod` as real processes (before `start`)."""
+        self.processes = processes
+        self.run_seconds = None
+        self.inits = [Container(name=str(c.get("name", "")), image=str(c.get("image", "")))
+                      for c in (pod.get("spec") or {}).get("initContainers") or []]
+
     # -- inputs ---------------------------------------------------------------------------
 
     def start(self, *, now: float, pod_ip: str, extra_delay: float = 0.0) -> None:
@@ -223,6 +267,10 @@ class PodMachine:
         for c in self.containers:
             c.state, c.reason = "waiting", "ContainerCreating"
             c.start_at = now + self.start_delay + extra_delay
+        if self.inits:
+            self.inits[0].start_at = now + self.start_delay + extra_delay
+            for c in self.containers:
+                c.start_at, c.reason = None, "PodInitializing"
         self._set("PodScheduled", "True", now)
         self._set("PodReadyToStartContainers", "False", now)
         self._set("Initialized", "False" if self.init_containers else "True", now)
@@ -241,9 +289,14 @@ class PodMachine:
         if self.terminating:
             return
         self.terminating = True
-        for c in self.containers:
+        for c in [*self.inits, *self.containers]:
             if c.state == "running":
                 c.exit_at = None
+                if self.processes is not None:
+                    # SIGTERM now; SIGKILL (137) at the grace period unless the process exits first.
+                    self.processes.stop(c.container_id)
+                    c.stop_at, c.stop_code = now + max(0.0, grace), 137
+                    continue
                 if (run := c.runs.get(c.container_id)) is not None:
                     run.write(now, f"{PREFIX}received SIGTERM")
                 if self.stop_delay <= grace:
@@ -282,16 +335,59 @@ class PodMachine:
 
     def kill_all(self, *, now: float) -> None:
         """The pod is gone from the API: stop every container at once (no status to report)."""
-        for c in self.containers:
+        for c in [*self.inits, *self.containers]:
             if c.state != "terminated":
                 self._finish(c, now=now, code=137, reason="Error")
+
+    def collect(self, now: float) -> None:
+        """Take in the exits of real processes (with `use_processes`); call before `advance`."""
+        if self.processes is None:
+            return
+        for c in [*self.inits, *self.containers]:
+            if c.state != "running" or not c.container_id:
+                continue
+            ended = self.processes.exit_of(c.container_id)
+            if ended is None:
+                continue
+            code, at, reason, message = ended
+            at = min(at, now)
+            if c in self.inits:
+                self._init_exit(c, now=at, code=code, reason=reason, message=message)
+            elif self.terminating or self.terminal:
+                self._finish(c, now=at, code=code, reason=reason, message=message)
+            else:
+                self._exit(c, now=at, code=code, reason=reason, message=message)
+
+    def _init_exit(self, c: Container, *, now: float, code: int, reason: str, message: str | None) -> None:
+        """An init container's process ended: start the next one (or the containers), or retry, or fail."""
+        self._finish(c, now=now, code=code, reason=reason, message=message)
+        if self.terminating or self.terminal:
+            return
+        if code == 0:
+            after = self.inits[self.inits.index(c) + 1:]
+            if after:
+                after[0].start_at = now
+            else:
+                for cont in self.containers:
+                    cont.start_at, cont.reason = now, "ContainerCreating"
+            return
+        if self.restart_policy == "Never":
+            self.terminal, self.phase = True, "Failed"
+            return
+        c.last_terminated = c.terminated_record()
+        c.restart_count += 1
+        delay = self.restart_delay(c.restart_count)
+        c.state, c.start_at = "waiting", now + delay
+        c.reason = "CrashLoopBackOff" if delay > 0 else "PodInitializing"
+        c.message = f"back-off {int(delay)}s restarting failed container={c.name}" if delay > 0 else None
+        c.started_at, c.finished_at, c.exit_code = None, None, None
 
     # -- time -----------------------------------------------------------------------------
 
     def next_deadline(self) -> float | None:
         """The earliest time at which `advance` has something to do."""
         times = []
-        for c in self.containers:
+        for c in [*self.inits, *self.containers]:
             if c.state == "waiting" and c.start_at is not None:
                 times.append(c.start_at)
             elif c.state == "running":
@@ -307,7 +403,7 @@ class PodMachine:
             due = self.next_deadline()
             if due is None or due > now:
                 break
-            for c in self.containers:
+            for c in [*self.inits, *self.containers]:
                 if c.state == "waiting" and c.start_at is not None and c.start_at <= due:
                     self._run(c, at=c.start_at)
                 elif c.state == "running" and c.stop_at is not None and c.stop_at <= due:
@@ -340,6 +436,9 @@ class PodMachine:
         kept = (c.last_terminated or {}).get("containerID")
         c.runs = {k: v for k, v in c.runs.items() if k == kept}
         run = c.runs[c.container_id] = ContainerLog(container_id=c.container_id)
+        if self.processes is not None:
+            self.processes.start(name=c.name, container_id=c.container_id, log=run)
+            return
         short = c.container_id.rsplit("/", 1)[-1][:12]
         run.write(at, f'{PREFIX}container "{c.name}" started (image {c.image}, id {short}, restart {c.restart_count})')
         for i, text in enumerate(c.printed):
@@ -347,14 +446,18 @@ class PodMachine:
 
     def _finish(self, c: Container, *, now: float, code: int, reason: str,
                 message: str | None = None) -> None:
-        if c.state == "running" and (run := c.runs.get(c.container_id)) is not None:
+        if self.processes is not None and c.state == "running":
+            self.processes.kill(c.container_id)
+            if (run := c.runs.get(c.container_id)) is not None:
+                run.close(now)
+        elif c.state == "running" and (run := c.runs.get(c.container_id)) is not None:
             run.end(now, f"{PREFIX}exited with code {code} ({reason})")
         c.state, c.exit_code, c.reason, c.message = "terminated", code, reason, message
         c.finished_at, c.start_at, c.exit_at, c.stop_at = now, None, None, None
 
-    def _exit(self, c: Container, *, now: float, code: int, reason: str) -> None:
+    def _exit(self, c: Container, *, now: float, code: int, reason: str, message: str | None = None) -> None:
         """A container exited by itself: restart it or leave it terminated by restartPolicy."""
-        self._finish(c, now=now, code=code, reason=reason)
+        self._finish(c, now=now, code=code, reason=reason, message=message)
         restart = not self.terminating and not self.terminal and (
             self.restart_policy == "Always" or (self.restart_policy == "OnFailure" and code != 0))
         if not restart:
@@ -404,11 +507,12 @@ class PodMachine:
         if self.admitted_at is None:
             return
         sandbox = any(c.started_at is not None or c.restart_count or c.last_terminated
-                      for c in self.containers) and not self.terminal
+                      for c in [*self.inits, *self.containers]) and not self.terminal
         self._set("PodReadyToStartContainers", "True" if sandbox else "False", now)
-        if self.init_containers and sandbox:
+        inits_done = all(i.state == "terminated" and i.exit_code == 0 for i in self.inits)
+        if self.init_containers and sandbox and inits_done:
             self._set("Initialized", "True", now)
-        ready = bool(self.containers) and all(c.state == "running" for c in self.containers) \
+        ready = bool(self.containers) and all(self._ready(c) for c in self.containers) \
             and not self.terminal
         self._set("ContainersReady", "True" if ready else "False", now)
         self._set("Ready", "True" if ready else "False", now)
@@ -422,7 +526,7 @@ class PodMachine:
         terminated one, else the last terminated one (a container waiting to restart). Raises
         `LogUnavailable` (worded as the kubelet words it) when there is none.
         """
-        c = next((c for c in self.containers if c.name == name), None)
+        c = next((c for c in [*self.containers, *self.inits] if c.name == name), None)
         if c is None:
             raise LogUnavailable(f'container "{name}" in pod "{pod}" is not available')
         last_id = str((c.last_terminated or {}).get("containerID") or "")
@@ -450,7 +554,7 @@ class PodMachine:
     def conditions(self) -> list[dict[str, Any]]:
         """The pod conditions this kubelet owns, in upstream's order."""
         out: list[dict[str, Any]] = list(self.extra_conditions)
-        unready = [c.name for c in self.containers if c.state != "running"]
+        unready = [c.name for c in self.containers if not self._ready(c)]
         for ctype in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"):
             if ctype not in self.transitions:
                 continue
@@ -466,6 +570,10 @@ class PodMachine:
             out.append(cond)
         return out
 
+    def _ready(self, c: Container) -> bool:
+        """Running, and (with processes) passing its readiness probe."""
+        return c.state == "running" and (self.processes is None or self.processes.ready(c.container_id))
+
     def _container_status(self, c: Container) -> dict[str, Any]:
         if c.state == "running":
             state: dict[str, Any] = {"running": {"startedAt": format_time(c.started_at or 0.0)}}
@@ -478,7 +586,7 @@ class PodMachine:
             state = {"waiting": waiting}
         out: dict[str, Any] = {
             "name": c.name, "image": c.image, "imageID": image_id(c.image) if c.container_id else "",
-            "ready": c.state == "running" and not self.terminating,
+            "ready": self._ready(c) and not self.terminating,
             "started": c.state == "running", "restartCount": c.restart_count, "state": state,
             "lastState": {"terminated": c.last_terminated} if c.last_terminated else {},
         }
@@ -498,12 +606,16 @@ class PodMachine:
         st["hostIP"] = self.host_ip
         st["hostIPs"] = [{"ip": self.host_ip}]
         st["startTime"] = format_time(self.admitted_at)
-        started = any(c.started_at is not None or c.restart_count for c in self.containers)
+        started = any(c.started_at is not None or c.restart_count for c in [*self.inits, *self.containers])
         if self.pod_ip and started:
             st["podIP"] = self.pod_ip
             st["podIPs"] = [{"ip": self.pod_ip}]
         st["containerStatuses"] = [self._container_status(c) for c in self.containers]
-        if self.init_containers:
+        if self.inits:
+            st["initContainerStatuses"] = [self._container_status(i) for i in self.inits]
+            for i, out in zip(self.inits, st["initContainerStatuses"], strict=True):
+                out["ready"] = i.state == "terminated" and i.exit_code == 0
+        elif self.init_containers:
             done = started
             st["initContainerStatuses"] = [
                 {"name": n, "image": img, "imageID": image_id(img) if done else "", "ready": done,

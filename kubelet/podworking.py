@@ -40,6 +40,7 @@ import structlog
 from kubemesh.kubelet.containerlogs import ContainerLog
 from kubemesh.kubelet.lifecycle import PodMachine
 from kubemesh.kubelet.pressure import eviction_message, pressure_rejection, rank_for_memory_eviction
+from kubemesh.kubelet.processes import PodProcesses, ProcessRuntime
 from kubemesh.kubelet.resources import Resources, admit, pod_requests
 from kubemesh.kubelet.settings import KubeletSettings
 from kubemesh.services.machinery.client import ConflictError, NotFoundError, PatchType
@@ -119,6 +120,8 @@ class _Entry:
     pod: Obj
     written: Obj | None = None
     delete_sent: bool = False
+    processes: PodProcesses | None = None
+    """The pod's real processes (process runtime), else None."""
 
 
 @dataclass(slots=True)
@@ -159,6 +162,8 @@ class PodWorker:
     writes: int = 0
     log_streams: int = 0
     """Log requests being answered now (a `follow` stream lasts until its run ends or its client leaves)."""
+    processes: ProcessRuntime | None = None
+    """The process runtime (`--runtime process` or `opt-in`): pods it `wants` run as real processes."""
 
     def __post_init__(self) -> None:
         self.ips = IpAllocator(self.cidr)
@@ -212,10 +217,14 @@ class PodWorker:
             self.entries[key] = entry
         entry.pod = pod
         m = entry.machine
+        if entry.processes is not None:
+            entry.processes.pod = pod
+            entry.processes.pod_ip = m.pod_ip
         if self.faults.stop_delay is not None:
             m.stop_delay = self.faults.stop_delay
         if deleting:
             m.terminate(now=now, grace=grace_of(pod))
+        m.collect(now)
         m.advance(now)
         if m.terminal and not m.terminating:
             self.ips.release(m.pod_ip)
@@ -241,6 +250,11 @@ class PodWorker:
                                crash_loop_base=self.settings.crash_loop_base,
                                crash_loop_max=self.settings.crash_loop_max, rebooted=self.rebooted,
                                default_run_seconds=self.settings.default_run_seconds)
+        processes = None
+        if self.processes is not None and self.processes.wants(pod):
+            key = f"{namespace_of(pod)}/{name_of(pod)}"
+            processes = self.processes.for_pod(pod, notify=lambda: self.enqueue(key), host_ip=self.host_ip)
+            m.use_processes(processes, pod)
         deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
         rejection = None if deleting else pressure_rejection(pod, conditions=self.pressure())
         if rejection is None and not deleting:
@@ -251,7 +265,9 @@ class PodWorker:
             m.reject(rejection, now=now)
         else:
             m.start(now=now, pod_ip=self.ips.allocate(), extra_delay=self.faults.start_delay)
-        return _Entry(machine=m, pod=pod)
+            if processes is not None:
+                processes.pod_ip = m.pod_ip
+        return _Entry(machine=m, pod=pod, processes=processes)
 
     def admitted_pods(self) -> list[Obj]:
         """Pods holding resources on this node (admitted and not terminal)."""
@@ -268,6 +284,8 @@ class PodWorker:
                               uid=m.uid, containers=m.running_containers)
             return
         m.kill_all(now=now)
+        if entry.processes is not None:
+            entry.processes.remove()
         self.ips.release(m.pod_ip)
 
     async def _write_status(self, pod: Obj, status: Obj) -> None:
@@ -330,6 +348,8 @@ class PodWorker:
             return
         for entry in self.entries.values():
             self.ips.release(entry.machine.pod_ip)
+            if entry.processes is not None:
+                entry.processes.kill_all()
         self.entries.clear()
         self.orphans.clear()
         self.rebooted = True

@@ -46,6 +46,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--pod-watch", choices=("per-node", "shared"), default=d.pod_watch,
                    help="each node watches its own pods, or one watch for the process")
     g.add_argument("--register-concurrency", type=int, default=d.register_concurrency)
+    g.add_argument("--runtime", choices=("emulated", "process", "opt-in"), default=d.runtime,
+                   help="emulated: containers run no process (default); process: every pod's containers run as "
+                        "local processes unless annotated kubemesh.io/runtime=emulated; opt-in: only pods "
+                        "annotated kubemesh.io/runtime=process")
+    g.add_argument("--runtime-dir", default=None,
+                   help="the process runtime's directory (pods' files, process group records)")
+    g.add_argument("--image-command", action="append", default=[], metavar="IMAGE=COMMAND",
+                   help="the process runtime runs COMMAND (split on spaces) for a container of IMAGE without command")
 
 
 def settings_from_args(args: argparse.Namespace, *, bugs: Iterable[str] = ()) -> KubeletSettings:
@@ -58,7 +66,8 @@ def settings_from_args(args: argparse.Namespace, *, bugs: Iterable[str] = ()) ->
         node_status_report_frequency=args.node_status_report_frequency,
         node_lease_duration=args.node_lease_duration_seconds, pod_start_delay=args.pod_start_delay,
         container_stop_delay=args.container_stop_delay, default_run_seconds=args.default_run_seconds,
-        pod_watch=args.pod_watch,
+        pod_watch=args.pod_watch, runtime=args.runtime, runtime_dir=args.runtime_dir,
+        image_commands={k: tuple(v.split()) for k, _, v in (x.partition("=") for x in args.image_command)},
         register_concurrency=args.register_concurrency, no_node_lease="no-node-lease" in set(bugs),
     )
 

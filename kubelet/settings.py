@@ -26,6 +26,7 @@ DEFAULT_RESERVED: Final[Mapping[str, str]] = {"cpu": "100m", "memory": "356Mi", 
 threshold (memory.available<100Mi), as a kubeadm node reports it."""
 
 PodWatch = Literal["per-node", "shared"]
+Runtime = Literal["emulated", "process", "opt-in"]
 
 
 def parse_capacity(text: str) -> dict[str, str]:
@@ -114,6 +115,16 @@ class KubeletSettings:
     """`per-node`: each node watches its own pods (field selector spec.nodeName), as real
     kubelets do. `shared`: one watch of all pods for the process, dispatched by node (cheaper
     at thousands of nodes; the apiserver sees one watcher)."""
+
+    runtime: Runtime = "emulated"
+    """`emulated`: no container runs a process (the default). `process`: every pod's containers
+    run as local processes (`kubemesh.kubelet.processes`) unless the pod is annotated
+    `kubemesh.io/runtime: emulated`; `opt-in`: only pods annotated `kubemesh.io/runtime: process`."""
+    runtime_dir: str | None = None
+    """Where the process runtime keeps its pods' directories and process group records
+    (`<runtime_dir>/<instance>`); None: `kubemesh-pods` in the system's temporary directory."""
+    image_commands: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """The process runtime's command for a container without `command`, by image."""
 
     # Behaviour switches.
     no_node_lease: bool = False

@@ -20,6 +20,7 @@ Admin contracts used (kubelet: `kubemesh.kubelet.admin`; components:
     DELETE {kubelet}/nodes/{node}/conditions/{type}
     POST   {kubelet}/nodes/{node}/containers/fail     {"namespace"?,"pod"?,"container"?,"exitCode"?,"reason"?}
     POST   {kubelet}/nodes/{node}/containers/slow     {"startDelay"?,"stopDelay"?}
+    POST   {kubelet}/nodes/{node}/containers/freeze   {"namespace"?,"pod","container"?,"frozen"}
     POST   {admin}/chaos/pause | /chaos/resume
     POST   {admin}/chaos/clock                        {"skew": s} | {"jump": s}
     POST   {admin}/chaos/crash                        {"exitCode","restart"}
@@ -186,6 +187,10 @@ def plan_calls(f: Fault, target: str, base: str) -> tuple[EffectKey | None, Call
                 ("POST", f"{n}/containers/slow", {"startDelay": 0, "stopDelay": None}))
     if t == "node.containersFail":
         return None, ("POST", f"{n}/containers/fail", dict(p)), None
+    if t == "node.containersFreeze":  # SIGSTOP while the fault holds, SIGCONT when it ends (process runtime)
+        pod = f"{p.get('namespace') or 'default'}/{p['pod']}/{p.get('container') or ''}"
+        return (("node", target, "freeze", pod), ("POST", f"{n}/containers/freeze", {**p, "frozen": True}),
+                ("POST", f"{n}/containers/freeze", {**p, "frozen": False}))
     if t == "component.pause":
         return ("component", target, "pause"), ("POST", f"{base}/chaos/pause", None), \
             ("POST", f"{base}/chaos/resume", None)

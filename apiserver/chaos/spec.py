@@ -62,6 +62,7 @@ TYPES: Final[dict[str, Category]] = {
     "node.condition": "node",
     "node.containersFail": "node",
     "node.containersSlow": "node",
+    "node.containersFreeze": "node",
     "component.pause": "component",
     "component.crash": "component",
     "component.freezeInformer": "component",
@@ -646,6 +647,10 @@ def _params(type_: str, raw: Any, causes: _Causes, match: Selector) -> dict[str,
         text("container")
         integer("exitCode", 1)
         text("reason")
+    elif type_ == "node.containersFreeze":
+        text("namespace")
+        text("pod", required=True)
+        text("container")
     elif type_ == "node.containersSlow":
         allowed.update(("startDelay", "stopDelay"))
         if "startDelay" not in raw and "stopDelay" not in raw:

@@ -72,10 +72,15 @@ from kubemesh.services.mesh.state import (
     write_state,
 )
 from kubemesh.services.model import bugs as bug_switches
+from kubemesh.services.process import groups
 from kubemesh.services.process.runs import LAST_EXIT_ENV, exit_code_of
 
 APISERVER: Final = "apiserver"
 KUBELET: Final = "kubelet"
+RUNTIMES: Final = ("emulated", "process", "opt-in")
+"""The kubelets' container runtimes (`MeshSpec.runtime`)."""
+PODS_DIR: Final = "pods"
+"""`<state_dir>/pods`: the process runtime's directory."""
 CONTROLLER_MANAGER: Final = "controller_manager"
 SCHEDULER: Final = "scheduler"
 
@@ -151,6 +156,12 @@ class MeshSpec:
     """Wall seconds `start()` waits for the apiserver, the nodes and the registrations."""
     stop_grace: float = 5.0
     """Wall seconds between SIGTERM and SIGKILL."""
+    runtime: str = "emulated"
+    """The kubelets' container runtime: `emulated` (no process runs), `process` (every pod's
+    containers run as local processes unless annotated `kubemesh.io/runtime: emulated`) or
+    `opt-in` (only pods annotated `kubemesh.io/runtime: process`); see
+    `kubemesh.kubelet.processes`. The processes' files and group records live in
+    `<state_dir>/pods`, and `stop()` kills whatever is recorded there."""
     python: str = sys.executable
     """The interpreter that runs the components."""
     die_with_parent: bool = True
@@ -163,6 +174,8 @@ class MeshSpec:
             raise ValueError("kubelets must be >= 1")
         if self.clock_rate <= 0:
             raise ValueError("clock_rate must be positive")
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {self.runtime!r}")
         if len(set(self.zones)) != len(self.zones) or any(not z for z in self.zones):
             raise ValueError(f"zone names must be distinct and non-empty: {self.zones!r}")
         for name in self.bugs:
@@ -471,6 +484,8 @@ class Mesh:
             await self._terminate([p for p in self._procs if p.component == APISERVER])
         finally:
             self._kill_now()
+            # A kubelet killed before it stopped its containers leaves them recorded here.
+            groups.reap(self.state_dir / PODS_DIR)
             _LIVE_MESHES.discard(self)
             if self._session is not None:
                 await self._session.close()
@@ -627,6 +642,8 @@ class Mesh:
                 argv += ["--node-prefix", self.spec.node_prefix]
             if self.spec.capacity is not None:
                 argv += ["--capacity", self.spec.capacity]
+            if self.spec.runtime != "emulated":
+                argv += ["--runtime", self.spec.runtime, "--runtime-dir", str(self.state_dir / PODS_DIR)]
         argv += list(self.spec.extra_args.get(component, ()))
         return _Proc(name=instance, component=component, argv=argv,
                      log_path=self.log_dir / f"{instance}.log", plan=plan)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from kubemesh.services.mesh.state import STATE_FILE, log_tail, pid_alive, read_state, state_pids
 from kubemesh.services.model import bugs as bug_switches
+from kubemesh.services.process import groups
 from kubemesh.services.tools import chaos_cli
 from kubemesh.services.tools.commands import (
     Command,
@@ -105,6 +106,9 @@ def _configure_up(parser: argparse.ArgumentParser) -> None:
                         help="which components to run (default: all that exist)")
     parser.add_argument("--node-prefix", default=None, help="node name prefix")
     parser.add_argument("--capacity", default=None, help="node capacity, e.g. cpu=8,memory=32Gi,pods=110")
+    parser.add_argument("--runtime", choices=("emulated", "process", "opt-in"), default="emulated",
+                        help="containers: emulated (default, no process runs), process (every pod's containers "
+                             "run as local processes) or opt-in (pods annotated kubemesh.io/runtime=process)")
     parser.add_argument("--port", type=int, default=0, help="apiserver port (default: a free one)")
     parser.add_argument("--persist", action="store_true",
                         help="keep the apiserver's objects in <state-dir>/data across its restarts")
@@ -135,7 +139,7 @@ def _run_up(args: argparse.Namespace) -> Awaitable[int]:
             nodes=args.nodes, kubelets=args.kubelets, zones=tuple(args.zones),
             clock_rate=args.clock_rate, bugs=tuple(args.bugs), seed=args.seed,
             state_dir=args.state_dir, components=args.components, node_prefix=args.node_prefix,
-            capacity=args.capacity, apiserver_port=args.port, persist=args.persist,
+            capacity=args.capacity, apiserver_port=args.port, persist=args.persist, runtime=args.runtime,
             log_level=args.log_level, start_timeout=args.timeout, eager=args.eager,
             wait_registered=args.wait_registered, **kwargs)
     except ValueError as exc:
@@ -268,6 +272,7 @@ async def _run_down(args: argparse.Namespace) -> int:
     for pid, _ in [p for p in [launcher, *left] if pid_alive(*p)]:
         _signal_pid(pid, signal.SIGKILL)
     left = await _wait_gone([launcher, *components], time.monotonic() + 5.0)
+    groups.reap(state_dir / "pods")  # containers of the process runtime whose kubelet died first
     (state_dir / STATE_FILE).unlink(missing_ok=True)
     if left:
         print(f"kubemesh down: still alive after SIGKILL: {', '.join(str(p) for p, _ in left)}",

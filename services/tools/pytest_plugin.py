@@ -32,7 +32,8 @@ Fixtures:
 The marker `@pytest.mark.kubemesh(...)` shapes the mesh: `nodes` (3), `kubelets` (1),
 `clock_rate` (1.0), `bugs` (()), `seed`, `zones`, `persist` (False), `compose` (None: the
 command line decides), `start_timeout` (60 s), `extra_args` per component (local only), and
-`scope`: "function" (default: a fresh mesh per test), "module" or "session" (one mesh shared
+`runtime` (None: `--kubemesh-runtime`, default "emulated"; "process" runs the containers as
+local processes), `scope`: "function" (default: a fresh mesh per test), "module" or "session" (one mesh shared
 by every test of the module, or of the session, that asks for the same mesh). A shared mesh is
 reset after each test (`KubemeshCluster.reset`: faults healed, nodes powered on and Ready,
 the test's namespaces and everything in `default` deleted). Put the marker on a module
@@ -44,7 +45,8 @@ logs (`kubemesh-logs/`) are saved in the test's `tmp_path`, and the report names
 Command-line options: `--kubemesh-compose`, `--kubemesh-compose-file=PATH` (default: the
 compose file shipped with kubemesh; write it with `=`: pytest picks its rootdir before
 plugins load and would take a separate PATH argument for a test path), `--kubemesh-image NAME`
-(default `$KUBEMESH_IMAGE` or `kubemesh:latest`). Under `CI=true` a compose mesh that cannot
+(default `$KUBEMESH_IMAGE` or `kubemesh:latest`),
+`--kubemesh-runtime emulated|process|opt-in`. Under `CI=true` a compose mesh that cannot
 start fails the test instead of skipping it.
 """
 
@@ -109,6 +111,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="run the kubemesh_mesh fixture as the compose stack in Docker instead of local processes")
     g.addoption(_COMPOSE_FILE_OPTION, default=None, metavar="PATH",
                 help="the compose file (default: the one shipped with kubemesh); write --kubemesh-compose-file=PATH")
+    g.addoption("--kubemesh-runtime", default="emulated", choices=("emulated", "process", "opt-in"),
+                help="the container runtime of local meshes (the marker's runtime= wins): emulated (default), "
+                     "process (containers run as local processes) or opt-in")
     g.addoption("--kubemesh-image", default=None,
                 help="the kubemesh image for compose mode (default: $KUBEMESH_IMAGE or kubemesh:latest)")
 
@@ -165,7 +170,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{MARKER}(nodes=3, kubelets=1, clock_rate=1.0, bugs=(), seed=None, zones=(), persist=False, "
-        "compose=None, start_timeout=60.0, extra_args=None, scope='function'): the shape of the kubemesh_mesh "
+        "compose=None, start_timeout=60.0, extra_args=None, runtime=None, scope='function'): "
+        "the shape of the kubemesh_mesh "
         "fixture's mesh, and which tests share it")
     switch = KubeconfigSwitch()
     config.stash[_KUBECONFIG] = switch
@@ -231,7 +237,8 @@ def _start(wanted: MeshRequest, config: pytest.Config) -> Iterator[KubemeshClust
     compose_file = config.getoption(_COMPOSE_FILE_OPTION)
     try:
         with start_cluster(wanted, compose=compose, compose_file=Path(compose_file) if compose_file else None,
-                           image=config.getoption("--kubemesh-image")) as cluster:
+                           image=config.getoption("--kubemesh-image"),
+                           runtime=config.getoption("--kubemesh-runtime")) as cluster:
             yield cluster
     except ClusterUnavailable as exc:
         if os.environ.get("CI", "").lower() == "true":

@@ -86,6 +86,9 @@ class MeshRequest:
     """Run as the compose stack in Docker (None: the command line decides)."""
     start_timeout: float = 60.0
     extra_args: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    runtime: str | None = None
+    """The kubelets' container runtime (`MeshSpec.runtime`); None: the command line decides
+    (`--kubemesh-runtime`, default `emulated`)."""
     scope: Scope = "function"
     """Who shares the mesh: one test ("function"), every test of a module asking for the same
     mesh ("module"), or of the whole session ("session"); shared meshes are `reset` between tests."""
@@ -111,7 +114,7 @@ class MeshRequest:
     def key(self) -> tuple[Any, ...]:
         """What two requests must share to share a mesh."""
         return (self.nodes, self.kubelets, self.clock_rate, self.bugs, self.seed, self.zones, self.persist,
-                self.compose, tuple(sorted((k, tuple(v)) for k, v in self.extra_args.items())))
+                self.compose, self.runtime, tuple(sorted((k, tuple(v)) for k, v in self.extra_args.items())))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -429,7 +432,8 @@ def compose_unavailable(image: str) -> str | None:
 
 @contextlib.contextmanager
 def start_cluster(request: MeshRequest, *, compose: bool = False, compose_file: Path | None = None,
-                  image: str | None = None, state_dir: Path | None = None) -> Iterator[KubemeshCluster]:
+                  image: str | None = None, state_dir: Path | None = None,
+                  runtime: str | None = None) -> Iterator[KubemeshCluster]:
     """Start the cluster a test asked for; stop it (and everything it started) on exit.
 
     Raises `ClusterUnavailable` (compose mode without Docker, testcontainers or the image) and
@@ -439,7 +443,8 @@ def start_cluster(request: MeshRequest, *, compose: bool = False, compose_file: 
         spec = MeshSpec(nodes=request.nodes, kubelets=request.kubelets, zones=request.zones,
                         clock_rate=request.clock_rate, bugs=request.bugs, seed=request.seed,
                         persist=request.persist, start_timeout=request.start_timeout, state_dir=state_dir,
-                        extra_args=dict(request.extra_args), stop_grace=3.0)
+                        extra_args=dict(request.extra_args), stop_grace=3.0,
+                        runtime=request.runtime or runtime or "emulated")
         runner = MeshThread(spec)
         runner.start()
         try:
