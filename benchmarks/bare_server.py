@@ -100,21 +100,26 @@ class BareServer:
         self.watchers: list[Watcher] = []
         self._dirty: dict[Watcher, None] = {}
         self._flush_handle: asyncio.Handle | asyncio.TimerHandle | None = None
-        self._last_flush = float("-inf")
+        self._ready_at = float("-inf")
 
     def _mark(self, w: Watcher) -> None:
         self._dirty[w] = None
         if self._flush_handle is None:
             loop = asyncio.get_running_loop()
-            delay = self._last_flush + FLUSH_INTERVAL - loop.time()
+            delay = self._ready_at - loop.time()
             self._flush_handle = loop.call_later(delay, self._flush) if delay > 0 else loop.call_soon(self._flush)
 
     def _flush(self) -> None:
+        # The apiserver's policy: at the end of the loop iteration, or after a gap as long as the
+        # last flush took (at most FLUSH_INTERVAL).
         self._flush_handle = None
-        self._last_flush = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         dirty, self._dirty = self._dirty, {}
         for w in dirty:
             w.flush()
+        ended = loop.time()
+        self._ready_at = ended + min(ended - started, FLUSH_INTERVAL)
 
     @staticmethod
     def _decode(request: web.Request, raw: bytes) -> Any:
