@@ -48,13 +48,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgpack
-import orjson
 import structlog
 
 from kubemesh.apiserver import conversion
 from kubemesh.apiserver.history import Seen
 from kubemesh.apiserver.storage import EventType, Store
-from kubemesh.services.model.codec import Encoding
+from kubemesh.services.model.codec import Encoding, encode
 from kubemesh.services.model.kinds import PODS, Kind, Obj, labels_of, namespace_of
 from kubemesh.services.model.selectors import FieldSelector, LabelSelector
 
@@ -118,7 +117,7 @@ class Event:
         body = self._bytes.get(bkey)
         if body is None:
             obj = self.object_for(use_prev=use_prev)
-            body = msgpack.packb(obj, use_bin_type=True) if encoding == "msgpack" else orjson.dumps(obj)
+            body = encode(obj, encoding)
             self._bytes[bkey] = body
         return body
 
@@ -150,7 +149,7 @@ def encode_frame(type_: str, body: bytes, encoding: Encoding) -> bytes:
 
 def encode_event(type_: str, obj: Obj, encoding: Encoding) -> bytes:
     """Encode a one-off event (synthetic ADDED, BOOKMARK, ERROR)."""
-    body = msgpack.packb(obj, use_bin_type=True) if encoding == "msgpack" else orjson.dumps(obj)
+    body = encode(obj, encoding)
     return encode_frame(type_, body, encoding)
 
 

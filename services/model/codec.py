@@ -5,6 +5,11 @@ External clients (kubectl, the Python clients, users' controllers) speak JSON; c
 ask for `MSGPACK` in `Content-Type`/`Accept` because it is cheaper to encode and decode.
 The apiserver encodes each watch event once per encoding and sends the same bytes to every
 watcher of that encoding.
+
+Libraries, chosen by measurement (both in C): orjson for JSON; msgspec for msgpack, whose
+encoder writes the same bytes as msgpack-python's `packb(use_bin_type=True)` about three
+times as fast and whose decoder reads twice as fast as `unpackb`. msgpack-python remains for
+the incremental decoding of watch streams (`stream_unpacker`), which msgspec does not offer.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Final, Literal
 
 import msgpack
+import msgspec
 import orjson
 
 JSON: Final = "application/json"
@@ -22,6 +28,15 @@ Encoding = Literal["json", "msgpack"]
 
 class DecodeError(ValueError):
     """The body is not valid in the encoding it claims."""
+
+
+def _no_ext(code: int, data: memoryview) -> Any:
+    # A msgpack extension type has no JSON form: the body is not a Kubernetes object.
+    raise DecodeError(f"msgpack extension type {code} is not allowed")
+
+
+_MSGPACK_ENCODER: Final = msgspec.msgpack.Encoder()
+_MSGPACK_DECODER: Final = msgspec.msgpack.Decoder(ext_hook=_no_ext)
 
 
 def content_type(encoding: Encoding) -> str:
@@ -44,8 +59,7 @@ def encoding_of(media_type: str | None) -> Encoding | None:
 def encode(value: Any, encoding: Encoding) -> bytes:
     """Serialise a JSON-like value."""
     if encoding == "msgpack":
-        out: bytes = msgpack.packb(value, use_bin_type=True)
-        return out
+        return _MSGPACK_ENCODER.encode(value)
     return orjson.dumps(value)
 
 
@@ -53,11 +67,15 @@ def decode(data: bytes, encoding: Encoding) -> Any:
     """Parse a JSON-like value; raises DecodeError on malformed input."""
     try:
         if encoding == "msgpack":
-            # strict_map_key=False: keys must still be str for the value to be JSON-like,
-            # which the apiserver's validation checks; here we only reject broken framing.
-            return msgpack.unpackb(data, raw=False, strict_map_key=False)
+            # Map keys of any type are read: they must still be str for the value to be
+            # JSON-like, which the apiserver's validation checks; here only broken framing fails.
+            return _MSGPACK_DECODER.decode(data)
         return orjson.loads(data)
-    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+    except DecodeError:
+        raise
+    except RecursionError:
+        raise DecodeError("the object is nested too deeply to be decoded") from None
+    except (ValueError, TypeError, msgspec.DecodeError) as exc:
         raise DecodeError(str(exc)) from exc
 
 

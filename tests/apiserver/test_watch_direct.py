@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -37,8 +38,12 @@ class FakeSink:
         self.aborted = False
         self.room = asyncio.Event()
         self.room.set()
+        self.delay = 0.0
+        """Seconds each write blocks the loop (an expensive flush)."""
 
     def write(self, data: bytes) -> bool:
+        if self.delay:
+            time.sleep(self.delay)
         self.writes += 1
         self.log.append(data)
         return not self.full
@@ -136,19 +141,37 @@ async def test_events_written_by_the_flusher_one_chunk_per_flush() -> None:
         await task
 
 
-async def test_flushes_are_coalesced_to_one_per_interval() -> None:
+async def test_a_flush_waits_as_long_as_the_last_one_took_at_most_the_interval() -> None:
     reg, hub = make(interval=0.05)
     _, log, sink, task = await direct_watch(hub, reg)
     reg.create(PODS, "default", pod("first"), OPTS)
     await settle()
     assert sink.writes == 1  # idle hub: written at the end of the iteration
+    reg.create(PODS, "default", pod("second"), OPTS)
+    await settle()
+    assert sink.writes == 2  # the last flush took no time: no gap to wait out
+
+    sink.delay = 0.02  # flushes now take 20 ms: the next one waits about as long
+    reg.create(PODS, "default", pod("slow"), OPTS)
+    await settle()
+    assert sink.writes == 3
     for i in range(5):
         reg.create(PODS, "default", pod(f"p{i}"), OPTS)
-        await asyncio.sleep(0.001)
-    assert sink.writes == 1  # inside the interval: waiting
-    await asyncio.sleep(0.08)
-    assert sink.writes == 2
-    assert names(log) == ["first", "p0", "p1", "p2", "p3", "p4"]
+    await settle()
+    assert sink.writes == 3  # inside the gap: waiting, coalesced
+    await asyncio.sleep(0.1)
+    assert sink.writes == 4
+
+    sink.delay = 0.2  # a very slow flush: the gap is capped at the interval (50 ms)
+    reg.create(PODS, "default", pod("slower"), OPTS)
+    await settle()
+    sink.delay = 0.0
+    reg.create(PODS, "default", pod("last"), OPTS)
+    await settle()
+    assert sink.writes == 5
+    await asyncio.sleep(0.15)
+    assert sink.writes == 6
+    assert names(log) == ["first", "second", "slow", "p0", "p1", "p2", "p3", "p4", "slower", "last"]
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
@@ -218,7 +241,8 @@ async def test_a_stream_that_fails_to_write_is_cut_off_and_the_others_still_get_
 
 async def test_a_finished_stream_is_never_written_again() -> None:
     reg, hub = make(interval=0.05)
-    w, log, _, task = await direct_watch(hub, reg)
+    w, log, sink, task = await direct_watch(hub, reg)
+    sink.delay = 0.02  # a slow flush: the next one waits
     reg.create(PODS, "default", pod("first"), OPTS)
     await settle()
     reg.create(PODS, "default", pod("pending"), OPTS)  # waits for the next flush...
