@@ -41,6 +41,8 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
                    help="IP address of this apiserver in the `kubernetes` endpoints (default: --host, or 127.0.0.1)")
     p.add_argument("--no-system-pods", dest="system_pods", action="store_false",
                    help="leave kube-system empty: no control-plane mirror pods, no cluster DNS (default: kubeadm's)")
+    p.add_argument("--authorization-mode", choices=("RBAC", "AlwaysAllow"), default="RBAC",
+                   help="RBAC (default: Roles and bindings decide; system:masters may do everything) or AlwaysAllow")
     p.add_argument("--log-level", default="info")
     a = p.parse_args(argv)
     token = os.environ.get("KUBEMESH_TOKEN") or None
@@ -65,7 +67,7 @@ def parse_args(argv: list[str] | None = None) -> ServerSettings:
                           watch=WatchSettings(max_queue=a.watch_queue, window=a.watch_window),
                           service_cluster_ip_range=a.service_cluster_ip_range,
                           service_node_port_range=a.service_node_port_range, advertise_address=a.advertise_address,
-                          system_pods=a.system_pods)
+                          system_pods=a.system_pods, authorization_mode=a.authorization_mode)
 
 
 def _is_ip(text: str) -> bool:
