@@ -112,6 +112,10 @@ class Attributes:
         return errors.StatusError(403, "Forbidden", f"{head} is forbidden: {sentence}", details=details)
 
 
+ASKED: Final[ContextVar[Attributes | None]] = ContextVar("kubemesh_attributes", default=None)
+"""The resource request being served (the escalation check reads its namespace: a body may omit it)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """One PolicyRule, as sets for matching."""
@@ -467,7 +471,9 @@ class EscalationCheck:
             return
         az = self.authorizer
         md = obj.get("metadata") or {}
-        ns, name = str(md.get("namespace") or ""), str(md.get("name") or "")
+        asked = ASKED.get()
+        ns = str(md.get("namespace") or (asked.namespace if asked is not None and kind.namespaced else ""))
+        name = str(md.get("name") or "")
         if kind in (ROLES, CLUSTERROLES):
             if az.allowed(user, Attributes(verb="escalate", group=RBAC_GROUP, resource=kind.plural, namespace=ns,
                                            name=name)):

@@ -33,7 +33,7 @@ from kubemesh.apiserver.authn import Authenticator
 from kubemesh.apiserver.customresources import objects as customobjects
 from kubemesh.apiserver.discovery import Discovery
 from kubemesh.apiserver.openapi import OPENAPI_V2_CONTENT_TYPE, OpenApi
-from kubemesh.apiserver.rbac import ADMIN, USER, Attributes, Authorizer
+from kubemesh.apiserver.rbac import ADMIN, ASKED, USER, Attributes, Authorizer
 from kubemesh.apiserver.registry import DeleteOptions, Registry, WriteOptions, patch_media_types, select
 from kubemesh.apiserver.watching import WatchHub, encode_event
 from kubemesh.services.model import codec
@@ -737,6 +737,7 @@ class Api:
         if user is not None and self.authorizer is not None:
             what = _attributes(request, target, "create" if method == "POST" else verb)
             request[WHAT] = what
+            ASKED.set(what)  # this request's task only: each is served in a context of its own
             self.authorizer.check(user, what)
         if target.sub is None and verb not in target.kind.verbs:
             raise errors.method_not_allowed(f"{verb} is not supported on {target.kind.resource}")
