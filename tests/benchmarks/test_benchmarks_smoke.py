@@ -122,3 +122,15 @@ def test_webhook_writes_quick(tmp_path: Path) -> None:
     assert set(doc["results"]) == {"without", "with"}
     assert all(r["errors"] == 0 and r["creates"] > 0 for r in doc["results"].values())
     assert doc["ratios"]["with_vs_without"] > 0
+
+
+def test_rbac_writes_quick(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "rbac_writes.py"), "--quick", "--no-pin",
+                           "--results-dir", str(tmp_path)], cwd=REPO, check=False, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc: dict[str, Any] = json.loads((tmp_path / "rbac_writes.json").read_text())
+    assert doc["benchmark"] == "rbac_writes"
+    assert set(doc["results"]) == {"rbac", "off"}
+    assert all(r["errors"] == 0 for rs in doc["rounds"].values() for r in rs)
+    assert isinstance(doc["target"]["met"], bool)
