@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from kubemesh.services.mesh.state import STATE_FILE, log_tail, pid_alive, read_state, state_pids
 from kubemesh.services.model import bugs as bug_switches
-from kubemesh.services.tools import chaos_cli
+from kubemesh.services.tools import chaos_cli, rbac_cli
 from kubemesh.services.tools.commands import (
     Command,
     add_state_dir,
@@ -357,6 +357,8 @@ def builtin_commands() -> tuple[Command, ...]:
                 run=_run_status),
         Command(name="down", help="stop a mesh started by `kubemesh up`", configure=_configure_down, run=_run_down),
         chaos_cli.COMMAND,
+        rbac_cli.RBAC_COMMAND,
+        rbac_cli.KUBECONFIG_COMMAND,
     )
 
 
