@@ -39,6 +39,7 @@ from kubemesh.apiserver.history import WRITER
 from kubemesh.apiserver.podstreams import PodStreams
 from kubemesh.apiserver.rbac import USER, Attributes, User
 from kubemesh.apiserver.serving import (
+    DENIED,
     LOSE_RESPONSE,
     MAX_BODY,
     RESOURCE,
@@ -46,6 +47,8 @@ from kubemesh.apiserver.serving import (
     VERB,
     WHAT,
     Api,
+    attributes_record,
+    authorize,
     identity,
     render,
     render_status,
@@ -94,8 +97,8 @@ def build_app(core: ApiserverCore) -> web.Application:
                 if "Impersonate-User" in request.headers or "Impersonate-Group" in request.headers:
                     user = impersonate(request.headers, list(request.headers.items()), user, authorizer)
                 if not _resource_path(request):
-                    authorizer.check(user, Attributes(verb=request.method.lower(), path=request.path,
-                                                      resource_request=False))
+                    authorize(request, authorizer, user, Attributes(verb=request.method.lower(), path=request.path,
+                                                                    resource_request=False))
             who = identity(request)
             writer = WRITER.set(who)
             as_user = USER.set(user)
@@ -135,14 +138,14 @@ def build_app(core: ApiserverCore) -> web.Application:
             route = request.match_info.route.resource
             observe(verb=request.method, resource=route.canonical if route is not None else "unmatched",
                     code=resp.status, seconds=elapsed)
-            if not (request.path.startswith("/chaos") or "tail" in request.match_info):
+            if not (request.path.startswith("/chaos") or "tail" in request.match_info or DENIED in request):
                 return resp
             verb = _verb(request)
         component, instance = who if who is not None else identity(request)
         history.append("request", component=component, instance=instance, verb=verb, path=request.path,
                        key=request.match_info.get("tail", ""), rv=request.get(RESPONSE_RV), code=resp.status,
                        latency=round(elapsed, 6), user=user.name if user is not None else "",
-                       attributes=request.get(WHAT))
+                       attributes=attributes_record(request.get(WHAT), denied=DENIED in request))
         return resp
 
     # The body's Content-Encoding is undone by `serving.read_raw`, not by aiohttp's parser, which

@@ -33,7 +33,7 @@ from kubemesh.apiserver.authn import Authenticator
 from kubemesh.apiserver.customresources import objects as customobjects
 from kubemesh.apiserver.discovery import Discovery
 from kubemesh.apiserver.openapi import OPENAPI_V2_CONTENT_TYPE, OpenApi
-from kubemesh.apiserver.rbac import ADMIN, ASKED, USER, Attributes, Authorizer
+from kubemesh.apiserver.rbac import ADMIN, ASKED, USER, Attributes, Authorizer, User
 from kubemesh.apiserver.registry import DeleteOptions, Registry, WriteOptions, patch_media_types, select
 from kubemesh.apiserver.watching import WatchHub, encode_event
 from kubemesh.services.model import codec
@@ -93,7 +93,27 @@ class Target:
 
 TARGET: Final = web.RequestKey("kubemesh_target", Target)
 WHAT: Final = web.RequestKey("kubemesh_attributes", Attributes)
-"""What a resource request asks to do, as the authorizer saw it (the history records it)."""
+"""What a request asks to do, as the authorizer saw it (the history records it)."""
+DENIED: Final = web.RequestKey("kubemesh_denied", bool)
+"""Set when the authorizer refused the request (its 403 is RBAC's, not another one)."""
+
+
+def authorize(request: web.Request, authorizer: Authorizer, user: User, what: Attributes) -> None:
+    """Check `what` for `user`; remember it (and a denial) on the request for the history."""
+    request[WHAT] = what
+    if not authorizer.allowed(user, what):
+        request[DENIED] = True
+        raise what.forbidden(user.name)
+
+
+def attributes_record(what: Attributes | None, *, denied: bool) -> dict[str, Any] | None:
+    """How the history keeps what a request asked (None for a request nobody authorized)."""
+    if what is None:
+        return None
+    if not what.resource_request:
+        return {"verb": what.verb, "path": what.path, "allowed": not denied}
+    return {"verb": what.verb, "group": what.group, "resource": what.resource, "subresource": what.subresource,
+            "namespace": what.namespace, "name": what.name, "allowed": not denied}
 """What a request on a resource path names, once resolved (a protobuf body is decoded by its kind)."""
 
 
@@ -736,9 +756,8 @@ class Api:
         user = USER.get()
         if user is not None and self.authorizer is not None:
             what = _attributes(request, target, "create" if method == "POST" else verb)
-            request[WHAT] = what
             ASKED.set(what)  # this request's task only: each is served in a context of its own
-            self.authorizer.check(user, what)
+            authorize(request, self.authorizer, user, what)
         if target.sub is None and verb not in target.kind.verbs:
             raise errors.method_not_allowed(f"{verb} is not supported on {target.kind.resource}")
         if target.name is None:
