@@ -269,3 +269,35 @@ async def test_kubectl_create_token_whoami_and_can_i(admin: Caller, server: ApiS
     code, out, err = await asyncio.to_thread(run, "get", "pods", "-n", ns, "-o", "name", token=token)
     assert code != 0 and (f'pods is forbidden: User "system:serviceaccount:{ns}:robot" cannot list resource "pods" '
                           f'in API group "" in the namespace "{ns}"') in err, err
+
+
+async def test_rbac_faults_revoke_a_binding_or_a_rule_and_reject_tokens(admin: Caller) -> None:
+    ns = await namespace_with_sa(admin)
+    sa = admin.as_token(await token_for(admin, ns))
+    await grant(admin, ns, [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list"]},
+                            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}])
+    leases, configmaps = f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases", f"/api/v1/namespaces/{ns}/configmaps"
+
+    async def codes() -> tuple[int, int]:
+        return (await sa.call("GET", leases))[0], (await sa.call("GET", configmaps))[0]
+
+    assert await codes() == (200, 200)
+    await admin.ok("POST", "/chaos/v1/faults", {"name": f"revoke-{ns}", "type": "rbac.revokeBinding",
+                                                "params": {"binding": f"RoleBinding/{ns}/r"}, "duration": None})
+    assert await codes() == (403, 403)
+    await admin.ok("DELETE", f"/chaos/v1/faults/revoke-{ns}")
+    assert await codes() == (200, 200)
+    await admin.ok("POST", "/chaos/v1/faults", {"name": f"rule-{ns}", "type": "rbac.revokeBinding",
+                                                "params": {"binding": f"RoleBinding/{ns}/r", "rules": [0]},
+                                                "duration": None})
+    assert await codes() == (403, 200)
+    await admin.ok("DELETE", f"/chaos/v1/faults/rule-{ns}")
+    await admin.ok("POST", "/chaos/v1/faults", {"name": f"reject-{ns}", "type": "rbac.rejectTokens",
+                                                "params": {"user": f"system:serviceaccount:{ns}:robot"},
+                                                "duration": None})
+    assert await codes() == (401, 401)
+    await admin.ok("DELETE", f"/chaos/v1/faults/reject-{ns}")
+    assert await codes() == (200, 200)
+    status, doc = await admin.call("POST", "/chaos/v1/faults", {"type": "rbac.revokeBinding",
+                                                               "params": {"binding": "r"}, "duration": 5})
+    assert status == 422 and "ClusterRoleBinding/NAME or RoleBinding/NAMESPACE/NAME" in str(doc), doc
