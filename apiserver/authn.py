@@ -16,6 +16,15 @@ cluster clock: it is refused (401) once expired, once its ServiceAccount (or pod
 even if one of the same name was created again, and while a chaos fault rejects its user.
 Verified tokens are cached by their text; the expiry and the uids are checked on every request.
 
+Components under their own identities (`component_identities`, off by default: the apiserver's
+`--component-identities`): a request with the admin token that says it comes from a kubemesh
+component (`X-Kubemesh-Component`) is that component's user, as upstream's components have
+their own credentials: the scheduler `system:kube-scheduler`, the controller-manager
+`system:kube-controller-manager`, a kubelet `system:node:<instance>` (its node, or the kubelet
+process for its shared pod watch) in `system:nodes`. Their bootstrap roles then decide
+(`kubemesh.apiserver.rbacdefaults`); upstream's node authorizer (a kubelet may touch only its
+own node and its pods) is not modelled.
+
 Impersonation (`Impersonate-User`, `Impersonate-Group`, `Impersonate-Uid` headers: kubectl's
 `--as`, `--as-group`, `--as-uid`) is authorized as upstream: the verb `impersonate` on
 `users`, `groups`, `serviceaccounts` (in the ServiceAccount's namespace) or
@@ -97,21 +106,39 @@ class Authenticator:
     clock: Clock
     key: bytes
     admin_token: str | None
+    component_identities: bool = False
+    """Admin-token requests of kubemesh components act as the components' own users (module docstring)."""
     rejected: set[str] = field(default_factory=set)
     """Chaos: users whose ServiceAccount tokens are refused (as if expired)."""
     _cache: dict[str, _Verified] = field(default_factory=dict)
 
-    def authenticate(self, authorization: str) -> User | None:
-        """The user of an `Authorization` header; None when it authenticates nobody (401)."""
+    def authenticate(self, authorization: str, *, component: str | None = None,
+                     instance: str | None = None) -> User | None:
+        """The user of an `Authorization` header; None when it authenticates nobody (401).
+
+        `component`/`instance`: the kubemesh component headers (with `component_identities`).
+        """
         sent = authorization[7:].strip() if authorization.startswith("Bearer ") else ""
         if self.admin_token is not None and sent and hmac.compare_digest(sent, self.admin_token):
-            return ADMIN
+            return self._component(component, instance) if self.component_identities and component else ADMIN
         if sent.count(".") == 2:
             user = self._service_account(sent)
             if user is not None:
                 return user
             return None
-        return ADMIN if self.admin_token is None else None
+        if self.admin_token is None:
+            return self._component(component, instance) if self.component_identities and component else ADMIN
+        return None
+
+    @staticmethod
+    def _component(component: str | None, instance: str | None) -> User:
+        if component == "scheduler":
+            return User(name="system:kube-scheduler", groups=(AUTHENTICATED,))
+        if component == "controller_manager":
+            return User(name="system:kube-controller-manager", groups=(AUTHENTICATED,))
+        if component == "kubelet":
+            return User(name=f"system:node:{instance or 'unknown'}", groups=("system:nodes", AUTHENTICATED))
+        return ADMIN
 
     def _service_account(self, token: str) -> User | None:
         v = self._cache.get(token)

@@ -182,7 +182,8 @@ def assemble(settings: ServerSettings) -> ApiserverCore:
                          webhooks=Webhooks(store=store, kinds=kinds, sleep=clock.sleep, wall=time.monotonic,
                                            record=functools.partial(history.append, "webhook")),
                          authenticator=Authenticator(store=store, clock=clock, key=load_key(settings.data_dir),
-                                                     admin_token=settings.token),
+                                                     admin_token=settings.token,
+                                                     component_identities=settings.component_identities),
                          authorizer=authorizer)
 
 

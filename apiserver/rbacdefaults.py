@@ -157,6 +157,8 @@ def cluster_roles() -> list[Obj]:
             _r(["*"], ["*"], ["list", "watch"]),
             _r([""], ["serviceaccounts/token"], ["create"]),
         ]),
+        _role("kubemesh:controllers", _CONTROLLERS),
+        _role("kubemesh:component", [_u(["/kubemesh/*", "/clock"], ["get", "post", "put", "patch", "delete"])]),
         _role("system:node", [
             _r(["authentication.k8s.io"], ["tokenreviews"], ["create"]),
             _r(["authorization.k8s.io"], ["localsubjectaccessreviews", "subjectaccessreviews"], ["create"]),
@@ -177,6 +179,19 @@ def cluster_roles() -> list[Obj]:
     ]
 
 
+_CONTROLLERS: Final = [
+    # what the built-in controllers write, beside the system:kube-controller-manager role: upstream
+    # runs each controller as its own ServiceAccount (system:controller:*); kubemesh's run as one user,
+    # with the union (the garbage collector and the namespace controller delete and patch anything)
+    _r(["*"], ["*"], ["delete", "deletecollection", "get", "list", "patch", "update", "watch"]),
+    _r(["", "apps", "batch", "discovery.k8s.io", "coordination.k8s.io", "events.k8s.io"],
+       ["pods", "replicasets", "controllerrevisions", "jobs", "endpoints", "endpointslices", "events", "leases",
+        "configmaps", "serviceaccounts", "secrets", "persistentvolumeclaims"], ["create"]),
+    _r(["", "apps", "batch", "policy", "autoscaling"], ["*/status", "*/scale", "*/finalize"], ["patch", "update"]),
+    _r([""], ["pods/eviction", "pods/binding", "bindings"], ["create"]),
+]
+
+
 def cluster_role_bindings() -> list[Obj]:
     """The bootstrap ClusterRoleBindings."""
     return [
@@ -190,6 +205,10 @@ def cluster_role_bindings() -> list[Obj]:
                  [_user("system:kube-controller-manager")]),
         # upstream leaves system:node unbound (the node authorizer decides); kubemesh binds it to the nodes' group
         _binding("system:node", "system:node", [_group("system:nodes")]),
+        _binding("kubemesh:controllers", "kubemesh:controllers", [_user("system:kube-controller-manager")]),
+        # the mesh's own endpoints: announcing an admin endpoint, reading the cluster clock
+        _binding("kubemesh:component", "kubemesh:component", [
+            _user("system:kube-scheduler"), _user("system:kube-controller-manager"), _group("system:nodes")]),
     ]
 
 

@@ -91,7 +91,9 @@ def build_app(core: ApiserverCore) -> web.Application:
         user: User | None = None
         try:
             if request.path not in OPEN_PATHS:
-                user = authenticator.authenticate(request.headers.get("Authorization", ""))
+                user = authenticator.authenticate(request.headers.get("Authorization", ""),
+                                                  component=request.headers.get("X-Kubemesh-Component"),
+                                                  instance=request.headers.get("X-Kubemesh-Instance"))
                 if user is None:
                     raise errors.StatusError(401, "Unauthorized", "Unauthorized")
                 if "Impersonate-User" in request.headers or "Impersonate-Group" in request.headers:
