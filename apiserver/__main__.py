@@ -56,6 +56,11 @@ def _parse(argv: list[str] | None = None) -> tuple[ServerSettings, argparse.Name
                    help="IP address of this apiserver in the `kubernetes` endpoints (default: --host, or 127.0.0.1)")
     p.add_argument("--no-system-pods", dest="system_pods", action="store_false",
                    help="leave kube-system empty: no control-plane mirror pods, no cluster DNS (default: kubeadm's)")
+    p.add_argument("--authorization-mode", choices=("RBAC", "AlwaysAllow"), default="RBAC",
+                   help="RBAC (default: Roles and bindings decide; system:masters may do everything) or AlwaysAllow")
+    p.add_argument("--component-identities", action="store_true",
+                   help="the components act as system:kube-scheduler, system:kube-controller-manager and "
+                        "system:node:<name> under their bootstrap roles, not as the admin (default off)")
     p.add_argument("--log-level", default="info")
     a = p.parse_args(argv)
     token = os.environ.get("KUBEMESH_TOKEN") or None
@@ -85,7 +90,8 @@ def _parse(argv: list[str] | None = None) -> tuple[ServerSettings, argparse.Name
                                               flush_interval=a.watch_flush_interval),
                           service_cluster_ip_range=a.service_cluster_ip_range,
                           service_node_port_range=a.service_node_port_range, advertise_address=a.advertise_address,
-                          system_pods=a.system_pods), a
+                          system_pods=a.system_pods, authorization_mode=a.authorization_mode,
+                          component_identities=a.component_identities), a
 
 
 def _is_ip(text: str) -> bool:

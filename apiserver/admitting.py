@@ -31,8 +31,8 @@ import copy
 import dataclasses
 from typing import Any
 
+from kubemesh.apiserver.rbac import ADMIN, USER
 from kubemesh.apiserver.registry import DeleteOptions, Registry, WriteOptions
-from kubemesh.apiserver.reviews import ADMIN_USER
 from kubemesh.apiserver.webhooks import Attributes, Webhooks
 from kubemesh.services.model.kinds import Kind, Obj
 
@@ -53,7 +53,7 @@ class Admitting:
         md = draft.get("metadata")
         attrs = Attributes(kind=kind, operation="CREATE", namespace=namespace,
                            name=str(md.get("name") or "") if isinstance(md, dict) else "",
-                           obj=draft, dry_run=opts.dry_run, user=ADMIN_USER,
+                           obj=draft, dry_run=opts.dry_run, user=_user_name(),
                            options={"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"})
         verdict = await self.webhooks.mutate(attrs)
         warnings += verdict.warnings
@@ -71,7 +71,7 @@ class Admitting:
         if not isinstance(body, dict):
             return self.registry.update(kind, namespace, name, body, opts, subresource=subresource, warnings=warnings)
         attrs = Attributes(kind=kind, operation="UPDATE", namespace=namespace, name=name, subresource=subresource,
-                           obj=_as_sent(kind, namespace, body), old=old, dry_run=opts.dry_run, user=ADMIN_USER,
+                           obj=_as_sent(kind, namespace, body), old=old, dry_run=opts.dry_run, user=_user_name(),
                            options={"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"})
         verdict = await self.webhooks.mutate(attrs)
         warnings += verdict.warnings
@@ -88,7 +88,7 @@ class Admitting:
                                              subresource=subresource)
         old = None if created else self.registry.get(kind, namespace, name)
         attrs = Attributes(kind=kind, operation="CREATE" if created else "UPDATE", namespace=namespace, name=name,
-                           subresource=subresource, obj=draft, old=old, dry_run=opts.dry_run, user=ADMIN_USER,
+                           subresource=subresource, obj=draft, old=old, dry_run=opts.dry_run, user=_user_name(),
                            options={"kind": "PatchOptions", "apiVersion": "meta.k8s.io/v1"})
         verdict = await self.webhooks.mutate(attrs)
         warnings += verdict.warnings
@@ -114,8 +114,14 @@ class Admitting:
         old = self.registry.get(kind, namespace, name)
         await self.webhooks.validate(Attributes(
             kind=kind, operation="DELETE", namespace=namespace, name=name, old=old, dry_run=opts.dry_run,
-            user=ADMIN_USER, options={"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"}))
+            user=_user_name(), options={"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"}))
         return self.registry.delete(kind, namespace, name, opts)
+
+
+def _user_name() -> str:
+    """The name of the user whose write is admitted (the admin for the apiserver's own writes)."""
+    user = USER.get()
+    return user.name if user is not None else ADMIN.name
 
 
 def _dry(opts: WriteOptions) -> WriteOptions:

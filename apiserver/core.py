@@ -11,7 +11,8 @@ before the write returns to its caller:
 
 1. the watch hub (`WatchHub.publish`): the kind's event window, then every live watcher;
 2. the history's `write` record (who wrote what, at which revision);
-3. chaos, when installed: its write-triggered faults and the samples behind stale reads.
+3. the RBAC authorizer's invalidation (a write to a Role, ClusterRole or binding);
+4. chaos, when installed: its write-triggered faults and the samples behind stale reads.
 
 So a history record and a trigger always see a write that watchers were already offered, and
 the write's response can reuse the bytes its watch event was encoded into
@@ -33,15 +34,17 @@ import structlog
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from kubemesh.apiserver import tables
+from kubemesh.apiserver import rbacdefaults, tables
 from kubemesh.apiserver.addons import install_cluster_dns
 from kubemesh.apiserver.apiservices import LocalApiServices
+from kubemesh.apiserver.authn import Authenticator, load_key
 from kubemesh.apiserver.components import ComponentRegistry
 from kubemesh.apiserver.controlplane import ControlPlanePods
 from kubemesh.apiserver.discovery import GIT_VERSION, Discovery
 from kubemesh.apiserver.establishing import Establishing
 from kubemesh.apiserver.history import WRITER, History, Seen
 from kubemesh.apiserver.openapi import OpenApi
+from kubemesh.apiserver.rbac import Authorizer, EscalationCheck
 from kubemesh.apiserver.registry import Registry
 from kubemesh.apiserver.serviceips import ServiceIPs
 from kubemesh.apiserver.serving import Targets
@@ -116,6 +119,10 @@ class ApiserverCore:
     metrics: Metrics
     webhooks: Webhooks
     """Admission webhooks: the write path calls them, chaos faults them (`kubemesh.apiserver.webhooks`)."""
+    authenticator: Authenticator
+    """Who a request comes from: the admin token, ServiceAccount tokens (`kubemesh.apiserver.authn`)."""
+    authorizer: Authorizer
+    """What a user may do: RBAC (`kubemesh.apiserver.rbac`)."""
     interceptors: list[Interceptor] = field(default_factory=list)
     """Request interceptors, outermost first (chaos adds its own)."""
 
@@ -149,12 +156,15 @@ def assemble(settings: ServerSettings) -> ApiserverCore:
 
     hub = WatchHub(store=store, now=clock.now, settings=settings.watch, table_row=table_row)
     store.subscribe(hub.publish)  # publisher 1
-    store.subscribe(_write_recorder(history))  # publisher 2 (chaos, when installed, comes third)
+    store.subscribe(_write_recorder(history))  # publisher 2
+    authorizer = Authorizer(store=store, enabled=settings.authorization_mode == "RBAC")  # publisher 3
     if settings.history_deliveries:
         hub.on_deliver = _delivery_recorder(history)
     # The registry creates the initial namespaces: after the publishers, so that they are watched.
     rng = random.Random(settings.seed) if settings.seed is not None else random.Random()
     registry = Registry(store=store, clock=clock, rng=rng, kinds=kinds)
+    registry.hooks.append(EscalationCheck(authorizer))
+    rbacdefaults.install(registry=registry)
     # CRDs are served from the write path; stored ones are served again before any request.
     establishing = Establishing(registry=registry, kinds=kinds, hub=hub)
     registry.hooks.append(establishing)
@@ -174,7 +184,11 @@ def assemble(settings: ServerSettings) -> ApiserverCore:
                          openapi=OpenApi(discovery), store=store, hub=hub, history=history, registry=registry,
                          components=components, metrics=Metrics.create(),
                          webhooks=Webhooks(store=store, kinds=kinds, sleep=clock.sleep, wall=time.monotonic,
-                                           record=functools.partial(history.append, "webhook")))
+                                           record=functools.partial(history.append, "webhook")),
+                         authenticator=Authenticator(store=store, clock=clock, key=load_key(settings.data_dir),
+                                                     admin_token=settings.token,
+                                                     component_identities=settings.component_identities),
+                         authorizer=authorizer)
 
 
 def _at_start(step: str, run: Callable[[], object]) -> None:

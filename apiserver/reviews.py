@@ -1,11 +1,13 @@
 """Reviews: the kinds a client creates to ask the apiserver a question, answered at once and never stored.
 
-Every bearer token of a mesh is a cluster admin (the `system:masters` group), as the admin
-credentials of a kubeadm cluster are, so every question about what it may do is answered yes:
+Each is answered by the RBAC authorizer (`kubemesh.apiserver.rbac`) for the user who asks, or
+for the user a SubjectAccessReview names:
 
-* `SelfSubjectAccessReview` and `SubjectAccessReview` (`kubectl auth can-i`): allowed;
-* `SelfSubjectRulesReview` (`kubectl auth can-i --list`): every verb on every resource and URL;
-* `SelfSubjectReview` (`kubectl auth whoami`): the admin user and its groups.
+* `SelfSubjectAccessReview` and `SubjectAccessReview` (`kubectl auth can-i`): allowed or not,
+  with the binding and role that allow it as the reason (upstream's RBAC wording);
+* `SelfSubjectRulesReview` (`kubectl auth can-i --list`): the rules the user holds in the
+  namespace asked about;
+* `SelfSubjectReview` (`kubectl auth whoami`): the user, its uid, groups and extra.
 
 The answer is the request with its `status` filled in, as kube-apiserver answers (201).
 
@@ -16,9 +18,10 @@ sees the JSON form either way. The answer goes back as JSON, which client-go acc
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from kubemesh.apiserver import errors
+from kubemesh.apiserver.rbac import Attributes, Authorizer, User
 from kubemesh.services.model.kinds import (
     SELFSUBJECTACCESSREVIEWS,
     SELFSUBJECTREVIEWS,
@@ -28,13 +31,26 @@ from kubemesh.services.model.kinds import (
     Obj,
 )
 
-ADMIN_USER: Final = "kubernetes-admin"
-ADMIN_GROUPS: Final = ("system:masters", "system:authenticated")
-_REASON: Final = "kubemesh: every token of this mesh is a cluster admin (system:masters)"
+
+def _attributes(spec: dict[str, Any]) -> Attributes:
+    res = spec.get("resourceAttributes")
+    if isinstance(res, dict):
+        return Attributes(verb=str(res.get("verb") or ""), group=str(res.get("group") or ""),
+                          resource=str(res.get("resource") or ""), subresource=str(res.get("subresource") or ""),
+                          namespace=str(res.get("namespace") or ""), name=str(res.get("name") or ""))
+    non = spec.get("nonResourceAttributes") or {}
+    return Attributes(verb=str(non.get("verb") or ""), path=str(non.get("path") or ""), resource_request=False)
 
 
-def answer(kind: Kind, body: Any) -> Obj:
-    """The review `body` with its status; 400 for a body that is no object."""
+def _subject(spec: dict[str, Any]) -> User:
+    extra = spec.get("extra") if isinstance(spec.get("extra"), dict) else {}
+    return User(name=str(spec.get("user") or ""), groups=tuple(str(g) for g in spec.get("groups") or []),
+                uid=str(spec.get("uid") or ""), extra={str(k): tuple(str(x) for x in v or [])
+                                                       for k, v in (extra or {}).items()})
+
+
+def answer(kind: Kind, body: Any, *, user: User, authorizer: Authorizer) -> Obj:
+    """The review `body` with its status, as `user` asks it; 400 for a body that is no object."""
     if not isinstance(body, dict):
         raise errors.bad_request(f"a {kind.kind} must be an object")
     raw_spec = body.get("spec")
@@ -46,17 +62,26 @@ def answer(kind: Kind, body: Any) -> Obj:
             raise errors.StatusError(422, "Invalid", f"{kind.kind}.authorization.k8s.io \"\" is invalid: "
                                      "spec.resourceAttributes: Invalid value: \"null\": exactly one of "
                                      "nonResourceAttributes or resourceAttributes must be specified")
+        subject = user if kind is SELFSUBJECTACCESSREVIEWS else _subject(spec)
+        if kind is SUBJECTACCESSREVIEWS and not (subject.name or subject.groups):
+            raise errors.StatusError(422, "Invalid", 'SubjectAccessReview.authorization.k8s.io "" is invalid: '
+                                     'spec.user: Invalid value: "": at least one of user or group must be specified')
         out["spec"] = spec
-        out["status"] = {"allowed": True, "reason": _REASON}
+        allowed, reason = authorizer.decide(subject, _attributes(spec))
+        status: Obj = {"allowed": allowed}
+        if reason:
+            status["reason"] = reason
+        out["status"] = status
     elif kind is SELFSUBJECTRULESREVIEWS:
         out["spec"] = spec
+        rules = authorizer.rules_of(user, str(spec.get("namespace") or ""))
         out["status"] = {
-            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
-            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+            "resourceRules": [r.document() for r in rules if not r.urls],
+            "nonResourceRules": [r.document() for r in rules if r.urls],
             "incomplete": False,
         }
     elif kind is SELFSUBJECTREVIEWS:
-        out["status"] = {"userInfo": {"username": ADMIN_USER, "groups": list(ADMIN_GROUPS)}}
+        out["status"] = {"userInfo": user.info()}
     else:
         raise errors.method_not_allowed(f"create is not supported on {kind.resource}")
     return out

@@ -11,15 +11,18 @@ Besides the Kubernetes API (`serving.py`) the process serves:
 The parts behind these routes are assembled by `kubemesh.apiserver.core.assemble`; this module
 is the HTTP front: authentication, request accounting and the routes.
 
-With a token configured, every other path needs `Authorization: Bearer <token>`; without
-one, a request is 401 and changes nothing.
+With a token configured, every other path needs `Authorization: Bearer <token>` (the admin,
+`system:masters`) or a ServiceAccount token (`kubemesh.apiserver.authn`); without one, a
+request is 401 and changes nothing. Impersonation headers are applied next, then a request on
+a path that is no resource (discovery, `/version`, `/clock`, `/chaos`, `/kubemesh`) is
+authorized as a non-resource URL; resource requests are authorized by the serving layer, once
+their target is resolved (`kubemesh.apiserver.rbac`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import signal
 from typing import Any, Final
 
@@ -30,16 +33,22 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kubemesh.apiserver import chaos, errors, history_routes
 from kubemesh.apiserver.admitting import Admitting
+from kubemesh.apiserver.authn import impersonate
 from kubemesh.apiserver.core import ApiserverCore, Interceptor, assemble
 from kubemesh.apiserver.history import WRITER
 from kubemesh.apiserver.podstreams import PodStreams
+from kubemesh.apiserver.rbac import USER, Attributes, User
 from kubemesh.apiserver.serving import (
+    DENIED,
     LOSE_RESPONSE,
     MAX_BODY,
     RESOURCE,
     RESPONSE_RV,
     VERB,
+    WHAT,
     Api,
+    attributes_record,
+    authorize,
     identity,
     render,
     render_status,
@@ -67,10 +76,11 @@ def build_app(core: ApiserverCore) -> web.Application:
     history, hub, store = core.history, core.hub, core.store
     webhooks = core.webhooks
     api = Api(registry=core.registry, hub=hub, targets=core.targets, discovery=core.discovery, openapi=core.openapi,
-              admitting=Admitting(registry=core.registry, webhooks=webhooks))
+              admitting=Admitting(registry=core.registry, webhooks=webhooks), authenticator=core.authenticator,
+              authorizer=core.authorizer)
     pod_streams = PodStreams(registry=core.registry, kubelet_of=core.components.kubelet_of, token=settings.token)
     api.pod_streams.update(pod_streams.handlers())
-    token = settings.token
+    authenticator, authorizer = core.authenticator, core.authorizer
     interceptors = core.interceptors
     observe = core.metrics.requests.observe
 
@@ -79,17 +89,27 @@ def build_app(core: ApiserverCore) -> web.Application:
         loop = asyncio.get_running_loop()
         started = loop.time()
         who: tuple[str, str] | None = None
+        user: User | None = None
         try:
-            if token is not None and request.path not in OPEN_PATHS:
-                sent = request.headers.get("Authorization", "")
-                if not (sent.startswith("Bearer ") and hmac.compare_digest(sent[7:].strip(), token)):
+            if request.path not in OPEN_PATHS:
+                user = authenticator.authenticate(request.headers.get("Authorization", ""),
+                                                  component=request.headers.get("X-Kubemesh-Component"),
+                                                  instance=request.headers.get("X-Kubemesh-Instance"))
+                if user is None:
                     raise errors.StatusError(401, "Unauthorized", "Unauthorized")
+                if "Impersonate-User" in request.headers or "Impersonate-Group" in request.headers:
+                    user = impersonate(request.headers, list(request.headers.items()), user, authorizer)
+                if not _resource_path(request):
+                    authorize(request, authorizer, user, Attributes(verb=request.method.lower(), path=request.path,
+                                                                    resource_request=False))
             who = identity(request)
             writer = WRITER.set(who)
+            as_user = USER.set(user)
             try:
                 resp = await _chain(request, who, handler, interceptors)
             finally:
                 WRITER.reset(writer)
+                USER.reset(as_user)
         except errors.StatusError as exc:
             resp = render_status(request, exc)
         except StoreWriteError as exc:  # the append failed: the write was not applied
@@ -129,13 +149,14 @@ def build_app(core: ApiserverCore) -> web.Application:
             route = request.match_info.route.resource
             observe(verb=request.method, resource=route.canonical if route is not None else "unmatched",
                     code=resp.status, seconds=elapsed)
-            if not (request.path.startswith("/chaos") or "tail" in request.match_info):
+            if not (request.path.startswith("/chaos") or "tail" in request.match_info or DENIED in request):
                 return resp
             verb = _verb(request)
         component, instance = who if who is not None else identity(request)
         history.append("request", component=component, instance=instance, verb=verb, path=request.path,
                        key=request.match_info.get("tail", ""), rv=request.get(RESPONSE_RV), code=resp.status,
-                       latency=round(elapsed, 6))
+                       latency=round(elapsed, 6), user=user.name if user is not None else "",
+                       attributes=attributes_record(request.get(WHAT), denied=DENIED in request))
         return resp
 
     # The body's Content-Encoding is undone by `serving.read_raw`, not by aiohttp's parser, which
@@ -206,6 +227,11 @@ async def _chain(request: web.Request, who: tuple[str, str], handler: Any,
             return resp
         return await engaged[i].intercept(request, who, lambda: call(i + 1))
     return await call(0)
+
+
+def _resource_path(request: web.Request) -> bool:
+    """Whether the serving layer authorizes this request itself (a path under /api/v1 or /apis/<g>/<v>)."""
+    return "tail" in request.match_info and request.path.startswith(("/api/", "/apis/"))
 
 
 _WRITE_VERBS: Final = frozenset({"create", "update", "patch", "delete", "deletecollection"})

@@ -16,6 +16,7 @@ import contextlib
 import json
 import math
 import re
+import uuid
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -28,14 +29,25 @@ from aiohttp.abc import AbstractStreamWriter
 
 from kubemesh.apiserver import conversion, discovery, errors, fielderrors, paging, protobuf, reviews, tables
 from kubemesh.apiserver.admitting import Admitting
+from kubemesh.apiserver.authn import Authenticator
 from kubemesh.apiserver.customresources import objects as customobjects
 from kubemesh.apiserver.discovery import Discovery
 from kubemesh.apiserver.openapi import OPENAPI_V2_CONTENT_TYPE, OpenApi
+from kubemesh.apiserver.rbac import ADMIN, ASKED, USER, Attributes, Authorizer, User
 from kubemesh.apiserver.registry import DeleteOptions, Registry, WriteOptions, patch_media_types, select
 from kubemesh.apiserver.watching import WatchHub, encode_event
 from kubemesh.services.model import codec
 from kubemesh.services.model.codec import Encoding
-from kubemesh.services.model.kinds import BINDINGS, NAMESPACES, PODS, REVIEWS, Kind, KindTable, Obj
+from kubemesh.services.model.kinds import (
+    BINDINGS,
+    NAMESPACES,
+    PODS,
+    REVIEWS,
+    SERVICEACCOUNTS,
+    Kind,
+    KindTable,
+    Obj,
+)
 from kubemesh.services.model.selectors import (
     FieldSelector,
     LabelSelector,
@@ -80,6 +92,28 @@ class Target:
 
 
 TARGET: Final = web.RequestKey("kubemesh_target", Target)
+WHAT: Final = web.RequestKey("kubemesh_attributes", Attributes)
+"""What a request asks to do, as the authorizer saw it (the history records it)."""
+DENIED: Final = web.RequestKey("kubemesh_denied", bool)
+"""Set when the authorizer refused the request (its 403 is RBAC's, not another one)."""
+
+
+def authorize(request: web.Request, authorizer: Authorizer, user: User, what: Attributes) -> None:
+    """Check `what` for `user`; remember it (and a denial) on the request for the history."""
+    request[WHAT] = what
+    if not authorizer.allowed(user, what):
+        request[DENIED] = True
+        raise what.forbidden(user.name)
+
+
+def attributes_record(what: Attributes | None, *, denied: bool) -> dict[str, Any] | None:
+    """How the history keeps what a request asked (None for a request nobody authorized)."""
+    if what is None:
+        return None
+    if not what.resource_request:
+        return {"verb": what.verb, "path": what.path, "allowed": not denied}
+    return {"verb": what.verb, "group": what.group, "resource": what.resource, "subresource": what.subresource,
+            "namespace": what.namespace, "name": what.name, "allowed": not denied}
 """What a request on a resource path names, once resolved (a protobuf body is decoded by its kind)."""
 
 
@@ -612,8 +646,13 @@ class Api:
     """The request handlers, bound to one registry and one watch hub."""
 
     def __init__(self, *, registry: Registry, hub: WatchHub, targets: Targets, discovery: Discovery,
-                 openapi: OpenApi, admitting: Admitting | None = None) -> None:
+                 openapi: OpenApi, admitting: Admitting | None = None, authenticator: Authenticator | None = None,
+                 authorizer: Authorizer | None = None) -> None:
         self.registry = registry
+        self.authenticator = authenticator
+        """Issues ServiceAccount tokens (`serviceaccounts/<name>/token`)."""
+        self.authorizer = authorizer
+        """Decides every resource request of an authenticated user (None: everything is allowed)."""
         self.admitting = admitting
         """Writes through admission webhooks, when some webhook configuration exists (`admitting`)."""
         self.hub = hub
@@ -714,6 +753,11 @@ class Api:
         request[VERB] = "create" if method == "POST" else verb  # POST on a subresource creates too
         request[RESOURCE] = target.kind.plural if target.sub is None else f"{target.kind.plural}/{target.sub}"
         request[TARGET] = target
+        user = USER.get()
+        if user is not None and self.authorizer is not None:
+            what = _attributes(request, target, "create" if method == "POST" else verb)
+            ASKED.set(what)  # this request's task only: each is served in a context of its own
+            authorize(request, self.authorizer, user, what)
         if target.sub is None and verb not in target.kind.verbs:
             raise errors.method_not_allowed(f"{verb} is not supported on {target.kind.resource}")
         if target.name is None:
@@ -726,7 +770,9 @@ class Api:
                     return await self.create_binding(request, target)
                 if target.kind in REVIEWS:
                     body, _ = await read_body(request)
-                    return render(request, reviews.answer(target.kind, body), status=201)
+                    assert self.authorizer is not None
+                    return render(request, reviews.answer(target.kind, body, user=user or ADMIN,
+                                                          authorizer=self.authorizer), status=201)
                 return await self.create(request, target)
             if method == "DELETE":
                 return await self.delete_collection(request, target)
@@ -1032,6 +1078,12 @@ class Api:
             return render(request, _binding_echo(body), status=201)
         elif t.kind is PODS and t.sub in self.pod_streams:
             return await self.pod_streams[t.sub](request, t)
+        elif t.sub == "token" and t.kind is SERVICEACCOUNTS and method == "POST" and self.authenticator is not None:
+            assert t.namespace is not None
+            body, _ = await read_body(request)
+            sa = self.registry.get(SERVICEACCOUNTS, t.namespace, t.name)
+            jti = str(uuid.UUID(int=self.registry.rng.getrandbits(128), version=4))
+            return render(request, self.authenticator.token_request(sa=sa, body=body, jti=jti), status=201)
         elif t.sub == "eviction" and t.kind is PODS and method == "POST":
             assert t.namespace is not None
             body, _ = await read_body(request)
@@ -1044,6 +1096,22 @@ def list_kind(kind: Kind) -> str:
     """The kind of a list: `PodList`, or a CRD's `listKind`."""
     custom = customobjects.custom_of(kind)
     return custom.list_kind if custom is not None else f"{kind.kind}List"
+
+
+def _attributes(request: web.Request, t: Target, verb: str) -> Attributes:
+    """The authorizer's view of a resource request (upstream's RequestInfo).
+
+    A namespace's own requests are in that namespace; a list or watch whose field selector is
+    `metadata.name=<x>` names `<x>` (so `resourceNames` can allow watching one object).
+    """
+    name = t.name or ""
+    if not name and verb in ("list", "watch"):
+        selector = request.query.get("fieldSelector", "")
+        if selector.startswith("metadata.name=") and "," not in selector:
+            name = selector[len("metadata.name="):]
+    namespace = t.namespace or (t.name or "" if t.kind is NAMESPACES else "")
+    return Attributes(verb=verb, group=t.kind.group, resource=t.kind.plural, subresource=t.sub or "",
+                      namespace=namespace, name=name)
 
 
 def _verb_of(method: str, t: Target, request: web.Request) -> str:

@@ -40,6 +40,12 @@ class ServerSettings:
     chaos_forward_timeout: float = 5.0
     """Wall seconds a fault forwarded to a kubelet or component may take before its outcome is `info`."""
     gc: GcSettings = field(default_factory=GcSettings)
+    authorization_mode: str = "RBAC"
+    """`--authorization-mode`: `RBAC` (upstream's authorizer over Roles and bindings; `system:masters`
+    may do everything) or `AlwaysAllow` (every authenticated user may do everything)."""
+    component_identities: bool = False
+    """`--component-identities`: kubemesh's components act as their own users (system:kube-scheduler,
+    system:kube-controller-manager, system:node:<name>) under their bootstrap roles, not as the admin."""
     """How the process keeps the cyclic collector's pauses short (kubemesh.services.process.gctuning)."""
     service_cluster_ip_range: str = "10.96.0.0/12"
     """`--service-cluster-ip-range`: Services' cluster IPs; its first address is the `kubernetes` Service's."""

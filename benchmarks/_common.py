@@ -172,12 +172,13 @@ class ServerProcess:
     log_path: Path
 
     @classmethod
-    def start(cls, kind: str, *, cores: set[int] | None, log_dir: Path, watchers: int = 10) -> ServerProcess:
-        """Start `apiserver`, `apiserver-nodeliveries` or `bare` on a free port and wait for /readyz."""
+    def start(cls, kind: str, *, cores: set[int] | None, log_dir: Path, watchers: int = 10,
+              extra_args: Sequence[str] = ()) -> ServerProcess:
+        """Start `apiserver` (given `extra_args`), `apiserver-nodeliveries` or `bare` on a free port; await /readyz."""
         port = free_port()
         if kind == "apiserver":
             cmd = [PYTHON, "-m", "kubemesh.apiserver", "--host", "127.0.0.1", "--port", str(port),
-                   "--log-level", "warning"]
+                   "--log-level", "warning", *extra_args]
         elif kind == "apiserver-nodeliveries":
             cmd = [PYTHON, "-c", APISERVER_NO_DELIVERIES_SNIPPET, str(port)]
         elif kind == "bare":

@@ -24,9 +24,10 @@ Run:
 
 The roots are the built-in kinds of `kubemesh.services.model.kinds.KINDS` (custom resources
 are never protobuf), the kinds of their subresources (autoscaling/v1 Scale, policy/v1
-Eviction, v1 Binding) and meta/v1 DeleteOptions; only the messages reachable from them are
-written. The script fails loudly on anything it does not understand (a proto construct, a
-field without a Go tag), so a new upstream version cannot be half-read.
+Eviction, v1 Binding, authentication/v1 TokenRequest) and meta/v1 DeleteOptions; only the
+messages reachable from them are written. The script fails loudly on anything it does not
+understand (a proto construct, a field without a Go tag), so a new upstream version cannot be
+half-read.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ EXTRA_ROOTS = (
     ("autoscaling", "v1", "Scale"),
     ("policy", "v1", "Eviction"),
     ("", "v1", "Binding"),
+    ("authentication.k8s.io", "v1", "TokenRequest"),
 )
 DELETE_OPTIONS = "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions"
 RUNTIME_UNKNOWN = "k8s.io.apimachinery.pkg.runtime.Unknown"

@@ -11,6 +11,8 @@
   write triggers (`triggers`), whose delivery side the watch taps feed;
 * the webhook faults, which the admission webhook dispatcher asks before each call
   (`webhookfaults`);
+* the RBAC faults (`rbac.revokeBinding`, `rbac.rejectTokens`), which the engine hands to the
+  core's authorizer and authenticator whenever the set of active faults changes;
 * a background task on the app that runs the cluster-clock timers (TTLs, trigger delays,
   event delays) and heals what is still in effect when the apiserver stops.
 

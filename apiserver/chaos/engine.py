@@ -128,6 +128,22 @@ class ChaosEngine:
         self.watch.items_active = any(t in active for t in ITEM_TYPES)
         self.requests_active = any(t in active for t in REQUEST_TYPES)
         self.triggered = [f for f in self.faults.values() if f.live and f.spec.triggers]
+        self._sync_rbac(active)
+
+    def _sync_rbac(self, active: dict[str, list[Fault]]) -> None:
+        """Hand the active RBAC faults to the authorizer and the authenticator (they act on every request)."""
+        revoked: dict[str, frozenset[int] | None] = {}
+        for f in active.get("rbac.revokeBinding", ()):
+            binding, rules = str(f.spec.params["binding"]), f.spec.params.get("rules")
+            if rules is None or revoked.get(binding, frozenset()) is None:
+                revoked[binding] = None
+            else:
+                revoked[binding] = frozenset(rules) | (revoked.get(binding) or frozenset())
+        authorizer, authenticator = self.core.authorizer, self.core.authenticator
+        if revoked != authorizer.revoked:
+            authorizer.revoked = revoked
+            authorizer.invalidate()
+        authenticator.rejected = {str(f.spec.params["user"]) for f in active.get("rbac.rejectTokens", ())}
 
     def faults_of(self, types: Iterable[str]) -> list[Fault]:
         """Active faults of some types, in creation order."""

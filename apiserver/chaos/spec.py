@@ -38,7 +38,7 @@ from typing import Any, Final, Literal
 
 from kubemesh.services.model.kinds import KINDS
 
-Category = Literal["request", "watch", "reads", "node", "component", "clock", "webhook"]
+Category = Literal["request", "watch", "reads", "node", "component", "clock", "webhook", "rbac"]
 
 TYPES: Final[dict[str, Category]] = {
     "request.latency": "request",
@@ -73,6 +73,8 @@ TYPES: Final[dict[str, Category]] = {
     "webhook.latency": "webhook",
     "webhook.error": "webhook",
     "webhook.unreachable": "webhook",
+    "rbac.revokeBinding": "rbac",
+    "rbac.rejectTokens": "rbac",
 }
 """Every fault type and where it is enforced."""
 
@@ -434,6 +436,11 @@ def parse_selector(raw: Any, fld: str, causes: _Causes, *, watch: bool, request:
 
 def parse_target(raw: Any, causes: _Causes, *, category: Category) -> Target:
     """The target, with per-category requirements."""
+    if category == "rbac":
+        # RBAC faults act on the apiserver's authorizer and authenticator: what they revoke is a param
+        if raw not in (None, {}):
+            causes.add("target", "rbac faults take no target: name the binding or the user in params")
+        return Target()
     if not isinstance(raw, dict):
         causes.add("target", "required: an object with component, instance and/or node")
         return Target()
@@ -688,6 +695,21 @@ def _params(type_: str, raw: Any, causes: _Causes, match: Selector) -> dict[str,
             causes.add("params.code", "must be an HTTP error status (400-599)")
             code = 500
         p["code"] = code
+    elif type_ == "rbac.revokeBinding":
+        text("binding", required=True)
+        b = p.get("binding")
+        if isinstance(b, str) and not (_RBAC_BINDING.fullmatch(b)):
+            causes.add("params.binding", "must be ClusterRoleBinding/NAME or RoleBinding/NAMESPACE/NAME")
+        allowed.add("rules")
+        rules = raw.get("rules")
+        if rules is not None:
+            if not isinstance(rules, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                      for i in rules) or not rules:
+                causes.add("params.rules", "must be a non-empty list of rule indices (0 = the role's first rule)")
+            else:
+                p["rules"] = sorted(set(rules))
+    elif type_ == "rbac.rejectTokens":
+        text("user", required=True)
     elif type_ == "clock.skew":
         allowed.add("seconds")
         p["seconds"] = _number(raw.get("seconds"), "params.seconds", causes, minimum=-1e12, required=True)
@@ -700,6 +722,9 @@ def _params(type_: str, raw: Any, causes: _Causes, match: Selector) -> dict[str,
             causes.add(f"params.{k}", f"unknown parameter of {type_}"
                                       + (f"; known: {', '.join(sorted(allowed))}" if allowed else "; it takes none"))
     return p
+
+
+_RBAC_BINDING: Final = re.compile(r"ClusterRoleBinding/[^/]+|RoleBinding/[^/]+/[^/]+")
 
 
 def parse(raw: Any, *, resources: Collection[str] = RESOURCES) -> FaultSpec:

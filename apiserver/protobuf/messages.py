@@ -47,6 +47,8 @@ KINDS: Final[dict[tuple[str, str], str]] = {
         "k8s.io.api.apps.v1.StatefulSet",
     ("authentication.k8s.io/v1", "SelfSubjectReview"):
         "k8s.io.api.authentication.v1.SelfSubjectReview",
+    ("authentication.k8s.io/v1", "TokenRequest"):
+        "k8s.io.api.authentication.v1.TokenRequest",
     ("authorization.k8s.io/v1", "SelfSubjectAccessReview"):
         "k8s.io.api.authorization.v1.SelfSubjectAccessReview",
     ("authorization.k8s.io/v1", "SelfSubjectRulesReview"):
@@ -352,6 +354,12 @@ MESSAGES: Final[dict[str, tuple[Field, ...]]] = {
         (1, "type", "string", "val", True),
         (2, "rollingUpdate", "k8s.io.api.apps.v1.RollingUpdateStatefulSetStrategy", "ptr", True),
     ),
+    "k8s.io.api.authentication.v1.BoundObjectReference": (
+        (1, "kind", "string", "val", True),
+        (2, "apiVersion", "string", "val", True),
+        (3, "name", "string", "val", True),
+        (4, "uid", "string", "val", True),
+    ),
     "k8s.io.api.authentication.v1.ExtraValue": (
         (1, "items", "string", "list", True),
     ),
@@ -361,6 +369,20 @@ MESSAGES: Final[dict[str, tuple[Field, ...]]] = {
     ),
     "k8s.io.api.authentication.v1.SelfSubjectReviewStatus": (
         (1, "userInfo", "k8s.io.api.authentication.v1.UserInfo", "val", True),
+    ),
+    "k8s.io.api.authentication.v1.TokenRequest": (
+        (1, "metadata", "k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta", "val", True),
+        (2, "spec", "k8s.io.api.authentication.v1.TokenRequestSpec", "val", False),
+        (3, "status", "k8s.io.api.authentication.v1.TokenRequestStatus", "val", True),
+    ),
+    "k8s.io.api.authentication.v1.TokenRequestSpec": (
+        (1, "audiences", "string", "list", False),
+        (4, "expirationSeconds", "int64", "ptr", False),
+        (3, "boundObjectRef", "k8s.io.api.authentication.v1.BoundObjectReference", "ptr", False),
+    ),
+    "k8s.io.api.authentication.v1.TokenRequestStatus": (
+        (1, "token", "string", "val", False),
+        (2, "expirationTimestamp", "k8s.io.apimachinery.pkg.apis.meta.v1.Time", "val", False),
     ),
     "k8s.io.api.authentication.v1.UserInfo": (
         (1, "username", "string", "val", True),

@@ -47,7 +47,7 @@ import os
 import ssl
 import time
 from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -290,6 +290,41 @@ class MeshEndpoint:
         """Write a kubeconfig for this endpoint (mode 0600); returns the path."""
         write_private(path, render_kubeconfig(server=self.url, token=self.token, ca_pem=self.ca_pem, name=name))
         return path
+
+    async def request_json(self, method: str, path: str, body: Any = None, *,
+                           headers: Mapping[str, str] | None = None) -> tuple[int, Any]:
+        """One JSON request to the apiserver as this endpoint's token: (status, document)."""
+        async with self.session() as s, s.request(method, self.url + path, json=body,
+                                                  headers={**self.headers(), **(headers or {})}) as resp:
+            return resp.status, await resp.json(content_type=None)
+
+    async def service_account(self, namespace: str, name: str, *, seconds: int = 3600,
+                              create: bool = True) -> MeshEndpoint:
+        """The endpoint as ServiceAccount `namespace/name`: a token from the TokenRequest API.
+
+        With `create`, the namespace and the ServiceAccount are created when missing (as this
+        endpoint's user, normally the admin). The token expires after `seconds` of cluster time
+        and dies with the ServiceAccount. Raises `MeshError` with the apiserver's message.
+        """
+        if create:
+            for path, body in (("/api/v1/namespaces", {"metadata": {"name": namespace}}),
+                               (f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": name}})):
+                status, doc = await self.request_json("POST", path, body)
+                if status not in (201, 409):
+                    raise MeshError(f"creating {path}/{body['metadata']['name']}: {doc.get('message', doc)}")
+        status, doc = await self.request_json(
+            "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": seconds}})
+        if status != 201:
+            raise MeshError(f"a token for serviceaccount {namespace}/{name}: {doc.get('message', doc)}")
+        return replace(self, token=str(doc["status"]["token"]), kubeconfig=None,
+                       source=f"serviceaccount {namespace}/{name} of {self.name}")
+
+    async def service_account_kubeconfig(self, namespace: str, name: str, path: Path, *, seconds: int = 3600,
+                                         create: bool = True) -> Path:
+        """Write a kubeconfig (mode 0600) under which a client runs as ServiceAccount `namespace/name`."""
+        sa = await self.service_account(namespace, name, seconds=seconds, create=create)
+        return sa.write_kubeconfig(path, name=f"kubemesh-{namespace}-{name}")
 
     @contextlib.asynccontextmanager
     async def session(self, *, request_timeout: float = 15.0) -> AsyncIterator[aiohttp.ClientSession]:

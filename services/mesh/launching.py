@@ -403,6 +403,16 @@ class Mesh:
                                           kubeconfig=self.kubeconfig_path, source=str(self.state_dir))
         return self._endpoint
 
+    async def service_account_kubeconfig(self, namespace: str, name: str, path: Path | None = None, *,
+                                         seconds: int = 3600) -> Path:
+        """A kubeconfig under which a client runs as ServiceAccount `namespace/name` (created if missing).
+
+        Written to `path` (default `<state_dir>/kubeconfig-<namespace>-<name>`); the token comes
+        from the TokenRequest API and expires after `seconds` of cluster time.
+        """
+        target = path if path is not None else self.state_dir / f"kubeconfig-{namespace}-{name}"
+        return await self.endpoint.service_account_kubeconfig(namespace, name, target, seconds=seconds)
+
     @property
     def chaos(self) -> Chaos:
         """The chaos front door of this mesh (`async with mesh.chaos.fault(...)`, `power_off`...)."""

@@ -241,6 +241,8 @@ SECRETS: Final = Kind(
 SERVICEACCOUNTS: Final = Kind(
     group="", version="v1", kind="ServiceAccount", plural="serviceaccounts", singular="serviceaccount",
     namespaced=True, short_names=("sa",), has_status=False,
+    subresources=(Subresource(name="token", kind="TokenRequest", verbs=("create",), group="authentication.k8s.io",
+                              version="v1"),),
 )
 ENDPOINTS: Final = Kind(
     group="", version="v1", kind="Endpoints", plural="endpoints", singular="endpoints", namespaced=True,

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 from kubemesh.services.mesh.state import STATE_FILE, log_tail, pid_alive, read_state, state_pids
 from kubemesh.services.model import bugs as bug_switches
 from kubemesh.services.process import groups
-from kubemesh.services.tools import chaos_cli
+from kubemesh.services.tools import chaos_cli, rbac_cli
 from kubemesh.services.tools.commands import (
     Command,
     add_state_dir,
@@ -387,6 +387,8 @@ def builtin_commands() -> tuple[Command, ...]:
         chaos_cli.COMMAND,
         Command(name="store", help="check and repair an apiserver data directory (`kubemesh store repair`)",
                 configure=_configure_store, run=_run_store),
+        rbac_cli.RBAC_COMMAND,
+        rbac_cli.KUBECONFIG_COMMAND,
     )
 
 

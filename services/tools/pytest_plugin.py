@@ -28,6 +28,9 @@ Fixtures:
 * `kubemesh_history`: `await kubemesh_history()` (every record so far), `.since(n, types=...)`, `.write(path)`.
 * `kubemesh_kubectl`: `await kubemesh_kubectl("get", "nodes")` (stdout; raises `KubectlError`
   on a non-zero exit), `await kubemesh_kubectl.json("get", "pods")`.
+* `kubemesh_service_account`: `await kubemesh_service_account("ops", "my-operator")` writes a
+  kubeconfig (in the test's `tmp_path`) under which a client runs as that ServiceAccount
+  (created if missing; its token from the TokenRequest API) and returns its path.
 
 The marker `@pytest.mark.kubemesh(...)` shapes the mesh: `nodes` (3), `kubelets` (1),
 `clock_rate` (1.0), `bugs` (()), `seed`, `zones`, `persist` (False), `compose` (None: the
@@ -57,7 +60,7 @@ import inspect
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator
 from pathlib import Path
 from typing import Any, Final, TypeVar, cast
 
@@ -80,7 +83,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 MARKER: Final = "kubemesh"
 FIXTURES: Final = frozenset({"kubemesh_mesh", "kubemesh_client", "kubemesh_chaos", "kubemesh_history",
-                             "kubemesh_kubectl"})
+                             "kubemesh_kubectl", "kubemesh_service_account"})
 _ASYNC_FIXTURES: Final = frozenset({"kubemesh_client", "kubemesh_chaos"})
 _COMPOSE_FILE_OPTION: Final = "--kubemesh-compose-file"
 
@@ -317,6 +320,18 @@ async def kubemesh_chaos(kubemesh_mesh: KubemeshCluster) -> AsyncIterator[Chaos]
         finally:
             with contextlib.suppress(Exception):
                 await chaos.reset()
+
+
+@pytest.fixture
+def kubemesh_service_account(kubemesh_mesh: KubemeshCluster,
+                             tmp_path: Path) -> Callable[..., Coroutine[Any, Any, Path]]:
+    """A factory of kubeconfigs that run as a ServiceAccount (created if missing), written in `tmp_path`."""
+
+    async def make(namespace: str, name: str, *, seconds: int = 3600) -> Path:
+        path = tmp_path / f"kubeconfig-{namespace}-{name}"
+        return await kubemesh_mesh.endpoint.service_account_kubeconfig(namespace, name, path, seconds=seconds)
+
+    return make
 
 
 @pytest.fixture

@@ -139,3 +139,15 @@ def test_durable_writes_quick(tmp_path: Path) -> None:
     assert all(r["errors"] == 0 and r["writes"] > 0 for r in doc["results"].values())
     assert doc["ratios"]["fsync_vs_nofsync"] > 0
     assert isinstance(doc["target"]["met"], bool)
+
+
+def test_rbac_writes_quick(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "rbac_writes.py"), "--quick", "--no-pin",
+                           "--results-dir", str(tmp_path)], cwd=REPO, check=False, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc: dict[str, Any] = json.loads((tmp_path / "rbac_writes.json").read_text())
+    assert doc["benchmark"] == "rbac_writes"
+    assert set(doc["results"]) == {"rbac", "off"}
+    assert all(r["errors"] == 0 for rs in doc["rounds"].values() for r in rs)
+    assert isinstance(doc["target"]["met"], bool)

@@ -1,5 +1,11 @@
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
 import pytest
 
 from kubemesh import History, Kubectl, KubemeshCluster
@@ -17,3 +23,16 @@ async def test_fixtures_give_one_mesh(kubemesh_mesh: KubemeshCluster, kubemesh_c
     assert [line.split()[:2] for line in out.splitlines()] == [["node-1", "Ready"], ["node-2", "Ready"]]
     records = await kubemesh_history()
     assert records
+
+
+@pytest.mark.kubemesh(nodes=1)
+async def test_service_account_fixture_writes_a_kubeconfig_that_runs_as_it(
+        kubemesh_service_account: Callable[..., Awaitable[Path]], kubemesh_kubectl: Kubectl) -> None:
+    path = await kubemesh_service_account("ops", "my-operator")
+    env = {**os.environ, "KUBECONFIG": str(path)}
+    done = await asyncio.to_thread(subprocess.run, [kubemesh_kubectl.binary, "auth", "can-i", "list", "pods",
+                                                    "-n", "ops"], env=env, capture_output=True, text=True,
+                                   check=False)
+    assert done.stdout.strip() == "no", done.stderr  # a fresh ServiceAccount holds no role
+    out = await kubemesh_kubectl("auth", "can-i", "create", "serviceaccounts/token", "-n", "ops")
+    assert out.strip() == "yes"  # the fixture's own kubectl is the admin

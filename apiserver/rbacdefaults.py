@@ -1,0 +1,226 @@
+"""The default ClusterRoles and ClusterRoleBindings kube-apiserver creates at start (its RBAC bootstrap policy).
+
+Clients rely on these: every authenticated user may discover the API (`system:discovery`),
+read public information (`system:public-info-viewer`) and ask what it may do
+(`system:basic-user`); `cluster-admin` is bound to `system:masters`; `admin`, `edit` and
+`view` are the user-facing roles, aggregated from the `system:aggregate-to-*` ClusterRoles
+(and from any ClusterRole a user labels `rbac.authorization.k8s.io/aggregate-to-<role>`);
+the scheduler and the controller-manager have their own roles, bound to their users.
+
+Objects carry `kubernetes.io/bootstrapping: rbac-defaults` and are created only when missing
+(a restart over a data directory keeps a user's edits, as upstream does with autoupdate off).
+The rules are written for kubemesh's served kinds, after upstream's policy: same names, same
+intent, not a copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kubemesh.apiserver.history import WRITER
+from kubemesh.apiserver.registry import Registry, WriteOptions
+from kubemesh.services.model.kinds import CLUSTERROLEBINDINGS, CLUSTERROLES, Obj
+
+_RO: Final = ["get", "list", "watch"]
+_RW: Final = ["create", "delete", "deletecollection", "patch", "update"]
+
+
+def _r(groups: list[str], resources: list[str], verbs: list[str], names: list[str] | None = None) -> Obj:
+    out: Obj = {"apiGroups": groups, "resources": resources, "verbs": verbs}
+    if names:
+        out["resourceNames"] = names
+    return out
+
+
+def _u(urls: list[str], verbs: list[str]) -> Obj:
+    return {"nonResourceURLs": urls, "verbs": verbs}
+
+
+_VIEW_RULES: Final = [
+    _r([""], ["configmaps", "endpoints", "persistentvolumeclaims", "persistentvolumeclaims/status", "pods",
+              "replicationcontrollers", "replicationcontrollers/scale", "serviceaccounts", "services",
+              "services/status"], _RO),
+    _r([""], ["bindings", "events", "limitranges", "namespaces/status", "pods/log", "pods/status",
+              "replicationcontrollers/status", "resourcequotas", "resourcequotas/status"], _RO),
+    _r([""], ["namespaces"], _RO),
+    _r(["discovery.k8s.io"], ["endpointslices"], _RO),
+    _r(["apps"], ["controllerrevisions", "daemonsets", "daemonsets/status", "deployments", "deployments/scale",
+                  "deployments/status", "replicasets", "replicasets/scale", "replicasets/status", "statefulsets",
+                  "statefulsets/scale", "statefulsets/status"], _RO),
+    _r(["autoscaling"], ["horizontalpodautoscalers", "horizontalpodautoscalers/status"], _RO),
+    _r(["batch"], ["cronjobs", "cronjobs/status", "jobs", "jobs/status"], _RO),
+    _r(["policy"], ["poddisruptionbudgets", "poddisruptionbudgets/status"], _RO),
+    _r(["networking.k8s.io"], ["ingresses", "ingresses/status", "networkpolicies"], _RO),
+]
+_EDIT_RULES: Final = [
+    _r([""], ["pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "secrets", "services/proxy"], _RO),
+    _r([""], ["serviceaccounts"], ["impersonate"]),
+    _r([""], ["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy"], _RW),
+    _r([""], ["pods/eviction"], ["create"]),
+    _r([""], ["configmaps", "events", "persistentvolumeclaims", "replicationcontrollers",
+              "replicationcontrollers/scale", "secrets", "serviceaccounts", "services", "services/proxy"], _RW),
+    _r([""], ["serviceaccounts/token"], ["create"]),
+    _r(["apps"], ["daemonsets", "deployments", "deployments/rollback", "deployments/scale", "replicasets",
+                  "replicasets/scale", "statefulsets", "statefulsets/scale"], _RW),
+    _r(["autoscaling"], ["horizontalpodautoscalers"], _RW),
+    _r(["batch"], ["cronjobs", "jobs"], _RW),
+    _r(["policy"], ["poddisruptionbudgets"], _RW),
+    _r(["networking.k8s.io"], ["ingresses", "networkpolicies"], _RW),
+    _r(["coordination.k8s.io"], ["leases"], [*_RO, *_RW]),
+    _r(["discovery.k8s.io"], ["endpointslices"], _RW),
+]
+_ADMIN_RULES: Final = [
+    _r(["authorization.k8s.io"], ["localsubjectaccessreviews"], ["create"]),
+    _r(["rbac.authorization.k8s.io"], ["rolebindings", "roles"], [*_RO, *_RW]),
+]
+
+
+def _role(name: str, rules: list[Obj], *, labels: dict[str, str] | None = None,
+          aggregate_from: str | None = None) -> Obj:
+    obj: Obj = {"metadata": {"name": name, "labels": {"kubernetes.io/bootstrapping": "rbac-defaults",
+                                                      **(labels or {})},
+                             "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
+                "rules": rules}
+    if aggregate_from is not None:
+        obj["aggregationRule"] = {"clusterRoleSelectors": [
+            {"matchLabels": {f"rbac.authorization.k8s.io/aggregate-to-{aggregate_from}": "true"}}]}
+    return obj
+
+
+def _binding(name: str, role: str, subjects: list[Obj]) -> Obj:
+    return {"metadata": {"name": name, "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
+                         "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": subjects}
+
+
+def _group(name: str) -> Obj:
+    return {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": name}
+
+
+def _user(name: str) -> Obj:
+    return {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": name}
+
+
+def cluster_roles() -> list[Obj]:
+    """The bootstrap ClusterRoles."""
+    return [
+        _role("cluster-admin", [_r(["*"], ["*"], ["*"]), _u(["*"], ["*"])]),
+        _role("admin", [], aggregate_from="admin"),
+        _role("edit", [], aggregate_from="edit",
+              labels={"rbac.authorization.k8s.io/aggregate-to-admin": "true"}),
+        _role("view", [], aggregate_from="view",
+              labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"}),
+        _role("system:aggregate-to-admin", _ADMIN_RULES,
+              labels={"rbac.authorization.k8s.io/aggregate-to-admin": "true"}),
+        _role("system:aggregate-to-edit", _EDIT_RULES,
+              labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"}),
+        _role("system:aggregate-to-view", _VIEW_RULES,
+              labels={"rbac.authorization.k8s.io/aggregate-to-view": "true"}),
+        _role("system:basic-user", [_r(["authorization.k8s.io"], ["selfsubjectaccessreviews",
+                                                                  "selfsubjectrulesreviews"], ["create"]),
+                                    _r(["authentication.k8s.io"], ["selfsubjectreviews"], ["create"])]),
+        _role("system:discovery", [_u(["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi",
+                                       "/openapi/*", "/readyz", "/version", "/version/"], ["get"])]),
+        _role("system:public-info-viewer", [_u(["/healthz", "/livez", "/readyz", "/version", "/version/"],
+                                               ["get"])]),
+        _role("system:kube-scheduler", [
+            _r(["", "events.k8s.io"], ["events"], ["create", "patch", "update"]),
+            _r(["coordination.k8s.io"], ["leases"], ["create"]),
+            _r(["coordination.k8s.io"], ["leases"], ["get", "update"], ["kube-scheduler"]),
+            _r([""], ["nodes"], _RO),
+            _r([""], ["pods"], ["delete", *_RO]),
+            _r([""], ["bindings", "pods/binding"], ["create"]),
+            _r([""], ["pods/status"], ["patch", "update"]),
+            _r([""], ["replicationcontrollers", "services"], _RO),
+            _r(["apps", "extensions"], ["replicasets"], _RO),
+            _r(["apps"], ["statefulsets"], _RO),
+            _r(["policy"], ["poddisruptionbudgets"], _RO),
+            _r([""], ["persistentvolumeclaims", "persistentvolumes"], _RO),
+            _r(["authentication.k8s.io"], ["tokenreviews"], ["create"]),
+            _r(["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
+            _r(["storage.k8s.io"], ["csinodes", "csidrivers", "csistoragecapacities", "storageclasses"], _RO),
+            _r([""], ["namespaces"], _RO),
+            _r(["scheduling.k8s.io"], ["priorityclasses"], _RO),
+            _r(["resource.k8s.io"], ["*"], _RO),
+        ]),
+        _role("system:kube-controller-manager", [
+            _r(["", "events.k8s.io"], ["events"], ["create", "patch", "update"]),
+            _r(["coordination.k8s.io"], ["leases"], ["create"]),
+            _r(["coordination.k8s.io"], ["leases"], ["get", "update"], ["kube-controller-manager"]),
+            _r([""], ["secrets", "serviceaccounts"], ["create"]),
+            _r([""], ["secrets"], ["delete"]),
+            _r([""], ["configmaps", "namespaces", "secrets", "serviceaccounts"], ["get"]),
+            _r([""], ["secrets", "serviceaccounts"], ["update"]),
+            _r(["authentication.k8s.io"], ["tokenreviews"], ["create"]),
+            _r(["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
+            _r(["*"], ["*"], ["list", "watch"]),
+            _r([""], ["serviceaccounts/token"], ["create"]),
+        ]),
+        _role("kubemesh:controllers", _CONTROLLERS),
+        _role("kubemesh:component", [_u(["/kubemesh/*", "/clock"], ["get", "post", "put", "patch", "delete"])]),
+        _role("system:node", [
+            _r(["authentication.k8s.io"], ["tokenreviews"], ["create"]),
+            _r(["authorization.k8s.io"], ["localsubjectaccessreviews", "subjectaccessreviews"], ["create"]),
+            _r([""], ["services"], _RO),
+            _r([""], ["nodes"], ["create", "get", "list", "watch"]),
+            _r([""], ["nodes/status"], ["patch", "update"]),
+            _r([""], ["nodes"], ["patch", "update"]),
+            _r(["", "events.k8s.io"], ["events"], ["create", "patch", "update"]),
+            _r([""], ["pods"], _RO),
+            _r([""], ["pods"], ["create", "delete"]),
+            _r([""], ["pods/status"], ["patch", "update"]),
+            _r([""], ["pods/eviction"], ["create"]),
+            _r([""], ["configmaps", "secrets"], ["get", "list", "watch"]),
+            _r([""], ["persistentvolumeclaims", "persistentvolumes"], ["get"]),
+            _r([""], ["endpoints"], ["get"]),
+            _r(["coordination.k8s.io"], ["leases"], ["create", "delete", "get", "patch", "update"]),
+        ]),
+    ]
+
+
+_CONTROLLERS: Final = [
+    # what the built-in controllers write, beside the system:kube-controller-manager role: upstream
+    # runs each controller as its own ServiceAccount (system:controller:*); kubemesh's run as one user,
+    # with the union (the garbage collector and the namespace controller delete and patch anything)
+    _r(["*"], ["*"], ["delete", "deletecollection", "get", "list", "patch", "update", "watch"]),
+    _r(["", "apps", "batch", "discovery.k8s.io", "coordination.k8s.io", "events.k8s.io"],
+       ["pods", "replicasets", "controllerrevisions", "jobs", "endpoints", "endpointslices", "events", "leases",
+        "configmaps", "serviceaccounts", "secrets", "persistentvolumeclaims"], ["create"]),
+    _r(["", "apps", "batch", "policy", "autoscaling"], ["*/status", "*/scale", "*/finalize"], ["patch", "update"]),
+    _r([""], ["pods/eviction", "pods/binding", "bindings"], ["create"]),
+]
+
+
+def cluster_role_bindings() -> list[Obj]:
+    """The bootstrap ClusterRoleBindings."""
+    return [
+        _binding("cluster-admin", "cluster-admin", [_group("system:masters")]),
+        _binding("system:basic-user", "system:basic-user", [_group("system:authenticated")]),
+        _binding("system:discovery", "system:discovery", [_group("system:authenticated")]),
+        _binding("system:public-info-viewer", "system:public-info-viewer",
+                 [_group("system:authenticated"), _group("system:unauthenticated")]),
+        _binding("system:kube-scheduler", "system:kube-scheduler", [_user("system:kube-scheduler")]),
+        _binding("system:kube-controller-manager", "system:kube-controller-manager",
+                 [_user("system:kube-controller-manager")]),
+        # upstream leaves system:node unbound (the node authorizer decides); kubemesh binds it to the nodes' group
+        _binding("system:node", "system:node", [_group("system:nodes")]),
+        _binding("kubemesh:controllers", "kubemesh:controllers", [_user("system:kube-controller-manager")]),
+        # the mesh's own endpoints: announcing an admin endpoint, reading the cluster clock
+        _binding("kubemesh:component", "kubemesh:component", [
+            _user("system:kube-scheduler"), _user("system:kube-controller-manager"), _group("system:nodes")]),
+    ]
+
+
+def install(*, registry: Registry) -> None:
+    """Create the bootstrap objects that are missing."""
+    token = WRITER.set(("kube-apiserver", "rbac/bootstrap-roles"))
+    try:
+        for kind, objs in ((CLUSTERROLES, cluster_roles()), (CLUSTERROLEBINDINGS, cluster_role_bindings())):
+            for obj in objs:
+                name: Any = obj["metadata"]["name"]
+                if registry.store.get(kind, name) is None:
+                    registry.create(kind, None, {"kind": kind.kind, "apiVersion": kind.api_version, **obj},
+                                    WriteOptions())
+    finally:
+        WRITER.reset(token)
