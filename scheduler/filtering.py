@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubemesh.scheduler.caching import NodeInfo
+from kubemesh.scheduler.caching import AffinityIndex, NodeInfo
 from kubemesh.scheduler.podinfo import PodInfo
 from kubemesh.scheduler.queueing import Nominator
 from kubemesh.services.model.podutil import tolerates
@@ -190,6 +190,59 @@ def compute_affinity_state(pod: PodInfo, nodes: Sequence[NodeInfo], *, any_requi
         else:
             for existing in ni.pods_with_required_anti_affinity.values():
                 state.update(existing, labels, 1)
+    return None if state.empty else state
+
+
+def affinity_state_from_index(pod: PodInfo, index: AffinityIndex, nodes: Mapping[str, NodeInfo], *,
+                              any_required_anti: bool) -> AffinityState | None:
+    """The inter-pod affinity pre-pass from the cache's incremental index; None when nothing can fail.
+
+    Counts exactly what `compute_affinity_state` counts over the snapshot `nodes` (by name; a node
+    absent from it, or a ghost, contributes nothing), but matches each distinct anti-affinity term
+    of placed pods and each (namespace, labels) group of placed pods once, not each pod: the work
+    is proportional to the distinct terms and groups and the nodes holding matching pods.
+    """
+    if not pod.has_required_affinity and not any_required_anti:
+        return None
+    state = AffinityState(pod)
+    get_node = nodes.get
+    existing_anti = state.existing_anti
+    for term, per_node in index.anti_terms.items():
+        if not term.matches(pod):
+            continue
+        key = term.topology_key
+        for name, n in per_node.items():
+            ni = get_node(name)
+            if ni is None or ni.node is None:
+                continue
+            value = ni.labels.get(key)
+            if value is not None:
+                pair = (key, value)
+                existing_anti[pair] = existing_anti.get(pair, 0) + n
+    if pod.has_required_affinity:
+        anti, affinity = state.anti, state.affinity
+        anti_terms, affinity_terms = pod.anti_affinity_terms, pod.affinity_terms
+        for member, per_node in index.groups.values():
+            anti_keys = [t.topology_key for t in anti_terms if t.matches(member)]
+            affinity_keys = ([t.topology_key for t in affinity_terms]
+                             if affinity_terms and all(t.matches(member) for t in affinity_terms) else [])
+            if not anti_keys and not affinity_keys:
+                continue
+            for name, n in per_node.items():
+                ni = get_node(name)
+                if ni is None or ni.node is None:
+                    continue
+                labels = ni.labels
+                for key in anti_keys:
+                    value = labels.get(key)
+                    if value is not None:
+                        pair = (key, value)
+                        anti[pair] = anti.get(pair, 0) + n
+                for key in affinity_keys:
+                    value = labels.get(key)
+                    if value is not None:
+                        pair = (key, value)
+                        affinity[pair] = affinity.get(pair, 0) + n
     return None if state.empty else state
 
 
