@@ -80,10 +80,14 @@ def _taint_failure(taint: Mapping[str, Any]) -> Failure:
 class AffinityState:
     """Topology pair counts of the inter-pod affinity pre-pass (upstream's preFilterState)."""
 
-    __slots__ = ("affinity", "anti", "existing_anti", "pod")
+    __slots__ = ("_blocked", "affinity", "anti", "existing_anti", "pod")
 
     def __init__(self, pod: PodInfo) -> None:
         self.pod = pod
+        self._blocked: tuple[tuple[tuple[str, frozenset[str]], ...], tuple[tuple[str, frozenset[str]], ...]] | None
+        self._blocked = None
+        """`existing_anti` and `anti` as (topology key, values with a count) per key, built on the
+        first check and dropped by `update`: a node is then checked with one lookup per key."""
         self.existing_anti: dict[Pair, int] = {}
         """Pairs where a placed pod's required anti-affinity term matches the incoming pod."""
         self.anti: dict[Pair, int] = {}
@@ -106,6 +110,7 @@ class AffinityState:
 
     def update(self, existing: PodInfo, labels: Mapping[str, str], delta: int) -> None:
         """Count (delta=1) or uncount (delta=-1) one placed pod on a node with `labels`."""
+        self._blocked = None
         pod = self.pod
         for term in existing.anti_affinity_terms:
             value = labels.get(term.topology_key)
@@ -123,16 +128,20 @@ class AffinityState:
 
     def check(self, labels: Mapping[str, str]) -> Failure | None:
         """The InterPodAffinity filter for a node with these labels."""
-        if self.existing_anti:
-            for pair in labels.items():
-                if self.existing_anti.get(pair, 0) > 0:
-                    return F_EXISTING_ANTI
+        blocked = self._blocked
+        if blocked is None:
+            blocked = self._blocked = (_by_key(self.existing_anti), _by_key(self.anti))
+        existing_anti, anti = blocked
+        for key, values in existing_anti:
+            value = labels.get(key)
+            if value is not None and value in values:
+                return F_EXISTING_ANTI
+        for key, values in anti:
+            # Only the incoming pod's own terms put pairs here, so every key is one of its terms'.
+            value = labels.get(key)
+            if value is not None and value in values:
+                return F_ANTI
         pod = self.pod
-        if self.anti:
-            for term in pod.anti_affinity_terms:
-                value = labels.get(term.topology_key)
-                if value is not None and self.anti.get((term.topology_key, value), 0) > 0:
-                    return F_ANTI
         if pod.affinity_terms:
             pods_exist = True
             for term in pod.affinity_terms:
@@ -146,6 +155,14 @@ class AffinityState:
             if not pods_exist and (self.affinity or not all(t.matches(pod) for t in pod.affinity_terms)):
                 return F_AFFINITY
         return None
+
+
+def _by_key(counts: Mapping[Pair, int]) -> tuple[tuple[str, frozenset[str]], ...]:
+    keys: dict[str, set[str]] = {}
+    for (key, value), n in counts.items():
+        if n > 0:
+            keys.setdefault(key, set()).add(value)
+    return tuple((key, frozenset(values)) for key, values in keys.items())
 
 
 def _bump(counts: dict[Pair, int], pair: Pair, delta: int) -> None:
