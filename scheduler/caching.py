@@ -6,7 +6,9 @@ decisions (assume on bind). Its guarantees follow upstream's `pkg/scheduler/back
 * **NodeInfo.** One per node name, holding the Node (or None), the pods bound to it and their
   summed requests (`req_*` for fitting, `nz_*` for scoring), kept incrementally: adding or removing
   a pod is O(1), never a rescan. Pods with (anti-)affinity are also kept in their own maps, so that
-  affinity math can skip nodes without any.
+  affinity math can skip nodes without any, and every accounted pod is counted in the cache's
+  `AffinityIndex` (by label group and by required anti-affinity term, per node), which the
+  inter-pod affinity pre-pass reads instead of scanning every pod.
 * **Ghosts.** A node DELETE keeps the NodeInfo, with `node=None`, while pods are still attached.
   Pod events travel on another watch than node events and can arrive later, even for deletions
   that happened before the node's; dropping the NodeInfo would lose the pods' accounting if the

@@ -20,7 +20,12 @@ The filters, in upstream's order and with upstream's reasons:
   anti-affinity of pods already placed, over any topology key (hostname, zone, ...).
 
 Inter-pod affinity needs a pass over existing pods before any node is checked (upstream's
-PreFilter). Today that pass iterates the cycle's snapshot, which leaves ghosts out. With switch
+PreFilter). Today that pass reads the cache's `AffinityIndex` (`affinity_state_from_index`):
+placed pods counted per node by (namespace, labels) group and by distinct required anti-affinity
+term, kept incrementally on assume, bind, update and delete, so each group and term is matched
+once per cycle instead of each pod; nodes are resolved against the cycle's NodeInfos, which
+leaves ghosts out. It counts exactly what a scan of every placed pod of the snapshot counts
+(`compute_affinity_state`, kept as the reference and for the switch below). With switch
 `ghost-node-affinity-error` it iterates every NodeInfo of the cache, ghosts included, and reads
 each existing pod's node from the node informer's store, as 1.7-1.8 did: a pod on a deleted node
 raises `NodeNotFoundError` and the whole cycle fails with `node "X" not found` (kubernetes#50813).
