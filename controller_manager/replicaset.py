@@ -193,10 +193,6 @@ def pod_from_template(owner: Obj, *, api_version: str, kind: str, name: str) -> 
     return {"apiVersion": "v1", "kind": "Pod", "metadata": md, "spec": tmpl.get("spec") or {}}
 
 
-CREATES_IN_FLIGHT: Final = 32
-"""Pod creates of one slow-start batch sent at once (see `manage_replicas`)."""
-
-
 def slow_start_sizes(total: int, initial: int = 1) -> list[int]:
     """Batch sizes 1, 2, 4, ... summing to `total` (upstream `slowStartBatch`)."""
     out: list[int] = []
@@ -219,10 +215,8 @@ class ReplicaSetController:
 
     def __init__(self, *, api: Api, replicasets: Store, pods: IndexedStore, clock: Clock, rng: random.Random,
                  recorder: ComponentRecorder, burst_replicas: int = 500, expectations_ttl: float = 300.0,
-                 points: ChaosPoints | None = None, owns: Replicated = REPLICASET,
-                 creates_in_flight: int = CREATES_IN_FLIGHT) -> None:
+                 points: ChaosPoints | None = None, owns: Replicated = REPLICASET) -> None:
         self.api = api
-        self.creates_in_flight = max(1, creates_in_flight)
         self.owns = owns
         self.points = points or ChaosPoints()
         self.points.declare(owns.after_create_point)
@@ -323,18 +317,9 @@ class ReplicaSetController:
             n = min(-diff, self.burst)
             self.expectations.expect_creations(key, n)
             created = 0
-            # Each create of a batch in flight at once is one more HTTP/1.1 connection, and a
-            # new one costs a TLS handshake at both ends (client-go multiplexes a batch over one
-            # HTTP/2 connection): a batch of 256 opened 256 connections. At most
-            # `creates_in_flight` of a batch are sent at once; the batch's outcome is unchanged.
-            gate = asyncio.Semaphore(self.creates_in_flight)
-
-            async def create_one() -> bool:
-                async with gate:
-                    return await self._create_pod(rs)
-
             for size in slow_start_sizes(n):
-                results = await asyncio.gather(*(create_one() for _ in range(size)), return_exceptions=True)
+                results = await asyncio.gather(*(self._create_pod(rs) for _ in range(size)),
+                                               return_exceptions=True)
                 ok = sum(1 for r in results if r is True)
                 created += ok
                 failed = size - ok
