@@ -10,10 +10,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from kubemesh.apiserver.server import ServerSettings, serve
-from kubemesh.apiserver.serviceips import DEFAULT_NODE_PORT_RANGE, DEFAULT_SERVICE_CIDR, IPRange, PortRange
-from kubemesh.apiserver.storage import LogBackend, StoreCorrupt, StoreWriteError
-from kubemesh.apiserver.watching import WatchSettings
+from kubemesh.services.process import startup
+
+startup.prepare()  # before the heavy imports below (see kubemesh.services.process.startup)
+
+from kubemesh.apiserver.server import ServerSettings, serve  # noqa: E402
+from kubemesh.apiserver.serviceips import DEFAULT_NODE_PORT_RANGE, DEFAULT_SERVICE_CIDR, IPRange, PortRange  # noqa: E402
+from kubemesh.apiserver.storage import LogBackend, StoreCorrupt, StoreWriteError  # noqa: E402
+from kubemesh.apiserver.watching import WatchSettings  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> ServerSettings:
@@ -104,6 +108,7 @@ def _is_ip(text: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Run until SIGTERM or SIGINT; 1 when the data directory is damaged (the reason on stderr)."""
+    startup.imports_done()
     settings, a = _parse(argv)
     if a.repair or a.repair_only:
         assert settings.data_dir is not None

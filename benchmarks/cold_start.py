@@ -10,8 +10,17 @@ References measured in the same run on the same machine:
   interpreter start-up (the mesh starts five interpreters, two of them one after the other);
 * an interpreter importing aiohttp, which every component pays.
 
-Usage: `python benchmarks/cold_start.py [--runs N] [--nodes 3] [--out PATH]`. Prints a summary
-and writes JSON to `benchmarks/results/cold_start.json`. Target: median under 1.5 s.
+Each run is split into phases from the launcher's output: `starting_s`, until `kubemesh up`
+prints that it is starting (the launcher's own interpreter and imports, before any component
+process exists), and the rest, until every node is Ready (the components' start-up, the
+apiserver's, the nodes' registration).
+
+`--baseline DIR` also runs the same cold start from another source tree (e.g. a `git worktree`
+or `git archive` of an earlier commit), alternating run by run with this one, so that the
+before/after ratio comes from one run on one machine under the same load.
+
+Usage: `python benchmarks/cold_start.py [--runs N] [--nodes 3] [--out PATH] [--baseline DIR]`.
+Prints a summary and writes JSON to `benchmarks/results/cold_start.json`. Target: median under 1.0 s.
 """
 
 from __future__ import annotations
@@ -31,8 +40,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGET_SECONDS = 1.5
+TARGET_SECONDS = 1.0
 READY = re.compile(r"(\d+) nodes Ready in ([0-9.]+) s")
+STARTING = re.compile(r"kubemesh: starting ")
 
 
 async def time_interpreter(code: str, runs: int) -> list[float]:
@@ -47,17 +57,17 @@ async def time_interpreter(code: str, runs: int) -> list[float]:
     return out
 
 
-async def one_cold_start(nodes: int, extra: list[str], limit: float) -> dict[str, Any]:
+async def one_cold_start(nodes: int, extra: list[str], limit: float, *, root: Path = ROOT) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="kubemesh-bench-") as state:
         t0 = time.perf_counter()
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "kubemesh", "up", "--nodes", str(nodes), "--state-dir", state,
             "--no-wait-registered", *extra,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)})
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root)})
         assert proc.stdout is not None
         lines: list[str] = []
-        ready_at = launcher_s = None
+        ready_at = launcher_s = starting_at = None
         try:
             async with asyncio.timeout(limit):
                 while ready_at is None:
@@ -66,6 +76,8 @@ async def one_cold_start(nodes: int, extra: list[str], limit: float) -> dict[str
                         raise RuntimeError("kubemesh up exited before the nodes were Ready:\n" + "".join(lines))
                     line = raw.decode(errors="replace")
                     lines.append(line)
+                    if starting_at is None and STARTING.search(line):
+                        starting_at = time.perf_counter() - t0
                     m = READY.search(line)
                     if m:
                         ready_at = time.perf_counter() - t0
@@ -80,6 +92,8 @@ async def one_cold_start(nodes: int, extra: list[str], limit: float) -> dict[str
                 proc.kill()
                 await proc.wait()
         return {"ready_s": ready_at, "launcher_ready_s": launcher_s, "stop_s": stop_s,
+                "starting_s": starting_at,
+                "components_to_ready_s": None if starting_at is None or ready_at is None else ready_at - starting_at,
                 "exit_code": proc.returncode}
 
 
@@ -93,6 +107,8 @@ async def main() -> int:
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "cold_start.json")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="another source tree to run alternately with this one (before/after)")
     ap.add_argument("extra", nargs="*", help="more `kubemesh up` arguments (after --)")
     args = ap.parse_args()
 
@@ -101,8 +117,14 @@ async def main() -> int:
     # The two start orders alternate, so that a machine's drift affects both alike.
     runs: list[dict[str, Any]] = []
     eager_runs: list[dict[str, Any]] = []
+    baseline_runs: list[dict[str, Any]] = []
+    if args.baseline is not None:
+        await one_cold_start(args.nodes, args.extra, args.timeout, root=args.baseline.resolve())
     for _ in range(args.runs):
         runs.append(await one_cold_start(args.nodes, args.extra, args.timeout))
+        if args.baseline is not None:
+            baseline_runs.append(await one_cold_start(args.nodes, args.extra, args.timeout,
+                                                      root=args.baseline.resolve()))
         eager_runs.append(await one_cold_start(args.nodes, ["--eager", *args.extra], args.timeout))
     bare = await time_interpreter("pass", args.runs)
     aiohttp_import = await time_interpreter("import aiohttp", args.runs)
@@ -129,7 +151,18 @@ async def main() -> int:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "platform": platform.platform()},
         "extra_args": args.extra,
+        "phases": {"starting_s": summary([float(r["starting_s"]) for r in runs]),
+                   "components_to_ready_s": summary([float(r["components_to_ready_s"]) for r in runs])},
     }
+    if baseline_runs:
+        b_ready = [float(r["ready_s"]) for r in baseline_runs]
+        result["baseline"] = {
+            "tree": str(args.baseline), "runs": baseline_runs, "ready_s": summary(b_ready),
+            "phases": {"starting_s": summary([float(r["starting_s"]) for r in baseline_runs]),
+                       "components_to_ready_s": summary([float(r["components_to_ready_s"]) for r in baseline_runs])},
+            "ratio_to_python_pass": statistics.median(b_ready) / statistics.median(bare),
+            "this_over_baseline": statistics.median(ready) / statistics.median(b_ready),
+        }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     r = result["ready_s"]
@@ -144,6 +177,16 @@ async def main() -> int:
     print(f"  reference python -c pass: median {statistics.median(bare) * 1000:.1f} ms "
           f"(ratio {result['ratio_to_python_pass']:.1f}x); python -c 'import aiohttp': "
           f"{statistics.median(aiohttp_import) * 1000:.1f} ms (ratio {result['ratio_to_import_aiohttp']:.1f}x)")
+    ph = result["phases"]
+    print(f"  phases (median): launcher up to 'starting' {ph['starting_s']['median']:.3f} s, "
+          f"then components to every node Ready {ph['components_to_ready_s']['median']:.3f} s")
+    if baseline_runs:
+        b = result["baseline"]
+        print(f"  baseline {args.baseline}: median {b['ready_s']['median']:.3f} s (min {b['ready_s']['min']:.3f}, "
+              f"max {b['ready_s']['max']:.3f}; ratio to python -c pass {b['ratio_to_python_pass']:.1f}x); "
+              f"phases {b['phases']['starting_s']['median']:.3f} s + "
+              f"{b['phases']['components_to_ready_s']['median']:.3f} s; "
+              f"this / baseline = {b['this_over_baseline']:.2f}")
     print(f"  written to {args.out}")
     return 0
 

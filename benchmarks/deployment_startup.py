@@ -179,8 +179,11 @@ async def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
         r = await run_case(d, args)
         out.append(r)
         lw = r["latency_watch"]
+        ab, br = r["added_to_bound"], r["bound_to_running"]
         print(f"  start delay {d:g} s: {r['running']}/{args.replicas} Running in {r['all_running_s']:.1f} s; "
-              f"latency p50 {lw['p50_s']:.2f} s p99 {lw['p99_s']:.2f} s", flush=True)
+              f"latency p50 {lw['p50_s']:.2f} s p99 {lw['p99_s']:.2f} s; per hop p50/p99: created->bound "
+              f"{ab['p50_s']:.2f}/{ab['p99_s']:.2f} s, bound->Running {br['p50_s']:.2f}/{br['p99_s']:.2f} s; "
+              f"all created after {r['all_created_s']:.1f} s", flush=True)
         if "profile" in r:
             print_profile(r["profile"])
     return out

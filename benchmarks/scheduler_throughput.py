@@ -33,6 +33,14 @@ References (published, not measured here): kube-scheduler's scheduler_perf floor
 
 `--profile S` samples the apiserver and the scheduler with py-spy for S seconds of each case.
 
+`--core` also measures the scheduler's synchronous core in this process, free of the apiserver
+and of the machine's other load (CPU time, not wall time): the same nodes and pods, each pod
+through the cycle's pre-pass (inter-pod affinity), filtering, scoring and assume, reported as pods
+per CPU-second per kind with the split of CPU between those phases, and anti-affinity ÷ plain.
+The pre-pass reads the cache's incremental index (`AffinityState` from `AffinityIndex`); the
+split of the scan it replaced is reported beside it (`prepass_scan`), so the before/after of
+the anti-affinity pre-pass is in every results file.
+
 Run: `.venv/bin/python benchmarks/scheduler_throughput.py [--quick]`. Prints a table and writes
 `benchmarks/results/scheduler_throughput.json`.
 """
@@ -42,6 +50,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import random
 import sys
 import tempfile
 import time
@@ -69,6 +78,16 @@ from kubelet_capacity import (
     wait_http_ok,
 )
 
+from kubemesh.scheduler.caching import SchedulerCache
+from kubemesh.scheduler.filtering import (
+    PodFilter,
+    affinity_state_from_index,
+    compute_affinity_state,
+    find_feasible,
+    num_feasible_nodes_to_find,
+)
+from kubemesh.scheduler.podinfo import PodInfo
+from kubemesh.scheduler.scoring import compute_inter_pod_scores, score_nodes, select_host
 from kubemesh.services.machinery.client import AlreadyExistsError, ApiClient
 from kubemesh.services.mesh.state import free_port
 from kubemesh.services.model.kinds import NAMESPACES, NODES, PODS
@@ -269,6 +288,79 @@ async def run_case(nodes: int, kind: str, mode: str, args: argparse.Namespace, l
     return result
 
 
+def core_case(nodes: int, kind: str, pods: int, groups: int, *, scan: bool) -> dict[str, Any]:
+    """The synchronous scheduling core in this process: CPU per phase for `pods` pods on `nodes` nodes.
+
+    `scan` builds the inter-pod affinity pre-pass by scanning every placed pod of the snapshot
+    (what the scheduler did before the cache kept its index) instead of reading the index.
+    """
+    cache = SchedulerCache()
+    for i in range(1, nodes + 1):
+        cache.add_node(node_body(i))
+    infos = [PodInfo(pod_body(i, kind, groups)) for i in range(pods)]
+    rng = random.Random(1)
+    phases = dict.fromkeys(("prepass", "filter", "score", "assume"), 0.0)
+    clock = time.process_time
+    start = 0
+    unschedulable = 0
+    for pi in infos:
+        t0 = clock()
+        view = cache.nodes()
+        any_anti = cache.required_anti_pods > 0
+        state = (compute_affinity_state(pi, view, any_required_anti=any_anti) if scan else
+                 affinity_state_from_index(pi, cache.affinity_index, cache.node_infos_by_name(),
+                                           any_required_anti=any_anti))
+        t1 = clock()
+        found = find_feasible(PodFilter(pi, affinity=state), view, want=num_feasible_nodes_to_find(len(view)),
+                              start=start % len(view))
+        start += found.processed
+        t2 = clock()
+        if not found.feasible:
+            unschedulable += 1
+            phases["prepass"] += t1 - t0
+            phases["filter"] += t2 - t1
+            continue
+        inter = compute_inter_pod_scores(pi, view, any_affinity_pods=(cache.affinity_pods if scan
+                                                                      else cache.scoring_affinity_pods) > 0)
+        chosen = select_host(found.feasible, score_nodes(pi, found.feasible, inter_pod=inter), rng)
+        t3 = clock()
+        cache.assume_pod(pi.with_node(chosen.name))
+        t4 = clock()
+        phases["prepass"] += t1 - t0
+        phases["filter"] += t2 - t1
+        phases["score"] += t3 - t2
+        phases["assume"] += t4 - t3
+    total = sum(phases.values())
+    return {"nodes": nodes, "kind": kind, "pods": pods, "prepass": "scan" if scan else "index",
+            "cpu_s": total, "pods_per_cpu_s": pods / total if total > 0 else float("nan"),
+            "unschedulable": unschedulable,
+            "split": {k: v / total if total > 0 else float("nan") for k, v in phases.items()},
+            "ms_per_pod": {k: v * 1000 / pods for k, v in phases.items()}}
+
+
+def run_core(args: argparse.Namespace) -> dict[str, Any]:
+    """`--core`: every kind with the index, and anti-affinity with the old scan too."""
+    nodes = TARGET_NODES if TARGET_NODES in args.nodes else args.nodes[0]
+    cases = [core_case(nodes, kind, args.pods, args.groups, scan=False) for kind in KINDS]
+    cases.append(core_case(nodes, "anti-affinity", args.pods, args.groups, scan=True))
+    by = {f"{c['kind']}/{c['prepass']}": c for c in cases}
+    plain = by["plain/index"]["pods_per_cpu_s"]
+    out: dict[str, Any] = {
+        "cases": by,
+        "anti_over_plain": by["anti-affinity/index"]["pods_per_cpu_s"] / plain,
+        "anti_over_plain_with_scan": by["anti-affinity/scan"]["pods_per_cpu_s"] / plain,
+        "index_over_scan": by["anti-affinity/index"]["pods_per_cpu_s"] / by["anti-affinity/scan"]["pods_per_cpu_s"],
+    }
+    print(f"scheduling core in this process ({nodes:,} nodes, {args.pods} pods, CPU time):")
+    for c in cases:
+        split = " ".join(f"{k} {v:.2f} ms" for k, v in c["ms_per_pod"].items())
+        print(f"  {c['kind']:13s} pre-pass {c['prepass']:5s}: {c['pods_per_cpu_s']:6.0f} pods per CPU-second "
+              f"(per pod: {split})")
+    print(f"  anti-affinity / plain: {out['anti_over_plain']:.2f} with the index, "
+          f"{out['anti_over_plain_with_scan']:.2f} with the scan; index / scan {out['index_over_scan']:.2f}")
+    return out
+
+
 async def run_all(args: argparse.Namespace, log_dir: Path) -> list[dict[str, Any]]:
     """Every case."""
     out = []
@@ -298,6 +390,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=16, help="requests in flight while creating")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for every binding")
     p.add_argument("--profile", type=float, default=0.0, help="py-spy the apiserver and scheduler this many s")
+    p.add_argument("--core", action="store_true", help="also measure the scheduling core in this process (CPU)")
+    p.add_argument("--core-only", action="store_true", help="only the in-process core measurement")
     p.add_argument("--profile-dir", type=Path, default=None)
     p.add_argument("--no-pin", action="store_true", help="do not pin the apiserver and the scheduler apart")
     p.add_argument("--results-dir", type=Path, default=None)
@@ -323,8 +417,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print(f"scheduler_throughput: nodes {args.nodes}, {args.pods} pods per case, kinds {args.kinds}, "
           f"modes {args.modes}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="kubemesh-bench-") as tmp:
-        cases = run_loop(lambda: run_all(args, Path(tmp)))
+    core = run_core(args) if args.core or args.core_only else None
+    cases: list[dict[str, Any]] = []
+    if not args.core_only:
+        with tempfile.TemporaryDirectory(prefix="kubemesh-bench-") as tmp:
+            cases = run_loop(lambda: run_all(args, Path(tmp)))
     results = {f"{c['nodes']}/{c['kind']}/{c['mode']}": c for c in cases}
     met: dict[str, bool | None] = {}
     for kind, floor in TARGETS.items():
@@ -337,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
                    "groups": args.groups, "concurrency": args.concurrency, "quick": args.quick,
                    "pinned": not args.no_pin},
         "results": results,
+        "core": core,
         "references": {"scheduler_perf_floor_pods_per_s": SCHEDULER_PERF_FLOOR,
                        "note": "kube-scheduler scheduler_perf, 10,000 pods on 5,000 nodes, much larger machines; "
                                "published, not measured here"},

@@ -10,8 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kubemesh.kubelet.running import add_arguments, run
-from kubemesh.services.process import component
+from kubemesh.services.process import startup
+
+startup.prepare()  # before the heavy imports below (see kubemesh.services.process.startup)
+
+from kubemesh.kubelet.running import add_arguments, run  # noqa: E402
+from kubemesh.services.process import component  # noqa: E402
 
 
 def main() -> int:

@@ -27,13 +27,19 @@ implementation; docs/design.md says what stands on what.
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-try:
-    __version__: str = version("kubemesh")
-except PackageNotFoundError:  # pragma: no cover - running from a tree that was never installed
-    __version__ = "0.0.0"
+
+def _version() -> str:
+    # importlib.metadata costs every process that imports kubemesh some 30-100 ms at start-up
+    # (it scans the installed distributions): read only when `kubemesh.__version__` is.
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        return version("kubemesh")
+    except PackageNotFoundError:  # pragma: no cover - running from a tree that was never installed
+        return "0.0.0"
+
 
 if TYPE_CHECKING:
     from kubemesh.services.machinery.client import (
@@ -96,6 +102,10 @@ __all__ = [  # noqa: RUF022 - grouped as _EXPORTS is
 
 def __getattr__(name: str) -> Any:
     """Load a public name from the module that defines it, on first use (PEP 562)."""
+    if name == "__version__":
+        value: Any = _version()
+        globals()[name] = value
+        return value
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'kubemesh' has no attribute {name!r}")

@@ -6,7 +6,9 @@ decisions (assume on bind). Its guarantees follow upstream's `pkg/scheduler/back
 * **NodeInfo.** One per node name, holding the Node (or None), the pods bound to it and their
   summed requests (`req_*` for fitting, `nz_*` for scoring), kept incrementally: adding or removing
   a pod is O(1), never a rescan. Pods with (anti-)affinity are also kept in their own maps, so that
-  affinity math can skip nodes without any.
+  affinity math can skip nodes without any, and every accounted pod is counted in the cache's
+  `AffinityIndex` (by label group and by required anti-affinity term, per node), which the
+  inter-pod affinity pre-pass reads instead of scanning every pod.
 * **Ghosts.** A node DELETE keeps the NodeInfo, with `node=None`, while pods are still attached.
   Pod events travel on another watch than node events and can arrive later, even for deletions
   that happened before the node's; dropping the NodeInfo would lose the pods' accounting if the
@@ -33,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubemesh.scheduler.podinfo import PodInfo, bytes_of, milli_cpu
+from kubemesh.scheduler.podinfo import AffinityTerm, PodInfo, bytes_of, milli_cpu
 from kubemesh.services.model.kinds import Obj, labels_of, name_of
 
 
@@ -155,6 +157,71 @@ class NodeInfo:
         }
 
 
+LabelGroup = tuple[str, frozenset[tuple[str, str]]]
+"""A namespace and a label set: every pod with both is selected by exactly the same terms."""
+
+
+class AffinityIndex:
+    """Placed pods counted per node, grouped so that inter-pod affinity matches a group once.
+
+    Upstream's InterPodAffinity PreFilter walks every placed pod (and every placed pod with
+    required anti-affinity) on every cycle. Here the cache keeps, incrementally on each pod it
+    accounts or releases:
+
+    * `groups`: per (namespace, labels) of placed pods, how many sit on each node, with one
+      member of the group to match terms against (every member has the same namespace and labels,
+      which is all `AffinityTerm.matches` reads). A term of the incoming pod is matched once per
+      group instead of once per pod; replicas of one workload share one group.
+    * `anti_terms`: per distinct required anti-affinity term of placed pods, how many pods carrying
+      it sit on each node. A term is matched against the incoming pod once, however many replicas
+      carry it.
+
+    Counts are per node *name*, not per topology value, so that a node whose labels change (or a
+    node deleted while pods remain, a ghost) is resolved when a cycle reads the index, against the
+    NodeInfos of that cycle.
+    """
+
+    __slots__ = ("anti_terms", "groups")
+
+    def __init__(self) -> None:
+        self.groups: dict[LabelGroup, tuple[PodInfo, dict[str, int]]] = {}
+        self.anti_terms: dict[AffinityTerm, dict[str, int]] = {}
+
+    def add(self, pi: PodInfo, node: str) -> None:
+        """Count a pod accounted on `node`."""
+        self._bump(pi, node, 1)
+
+    def remove(self, pi: PodInfo, node: str) -> None:
+        """Uncount a pod released from `node` (it must have been counted there)."""
+        self._bump(pi, node, -1)
+
+    def _bump(self, pi: PodInfo, node: str, delta: int) -> None:
+        group = pi.label_group
+        entry = self.groups.get(group)
+        if entry is None:
+            entry = (pi, {})
+            self.groups[group] = entry
+        _bump_count(entry[1], node, delta)
+        if not entry[1]:
+            del self.groups[group]
+        # A pod repeating a term counts once per occurrence, as the scan over its terms did.
+        for term in pi.anti_affinity_terms:
+            per_node = self.anti_terms.get(term)
+            if per_node is None:
+                per_node = self.anti_terms[term] = {}
+            _bump_count(per_node, node, delta)
+            if not per_node:
+                del self.anti_terms[term]
+
+
+def _bump_count(counts: dict[str, int], key: str, delta: int) -> None:
+    n = counts.get(key, 0) + delta
+    if n > 0:
+        counts[key] = n
+    else:
+        counts.pop(key, None)
+
+
 @dataclass(slots=True)
 class _PodState:
     info: PodInfo
@@ -172,9 +239,15 @@ class SchedulerCache:
         self._pod_states: dict[str, _PodState] = {}
         self._assumed: set[str] = set()
         self._view: list[NodeInfo] | None = None
+        self.affinity_index = AffinityIndex()
+        """Placed pods grouped for the inter-pod affinity pre-pass (see `AffinityIndex`)."""
         self.required_anti_pods = 0
-        self.affinity_pods = 0
         """Pods with required anti-affinity in the cache (lets a cycle skip the affinity pass)."""
+        self.affinity_pods = 0
+        """Pods with any (anti-)affinity in the cache."""
+        self.scoring_affinity_pods = 0
+        """Pods whose terms score other pods (required affinity, preferred (anti-)affinity): the
+        scoring pre-pass skips placed pods that have required anti-affinity only."""
         self.expired: int = 0
         """How many assumed pods expired (for metrics and reports)."""
 
@@ -219,20 +292,28 @@ class SchedulerCache:
 
     def _add_to_node(self, pi: PodInfo) -> None:
         self._node_for(pi.node_name).add_pod(pi)
+        self.affinity_index.add(pi, pi.node_name)
         if pi.anti_affinity_terms:
             self.required_anti_pods += 1
         if pi.has_affinity:
             self.affinity_pods += 1
+        if pi.scores_others:
+            self.scoring_affinity_pods += 1
 
     def _remove_from_node(self, pi: PodInfo) -> None:
         ni = self._nodes.get(pi.node_name)
         if ni is None:
             return
-        if ni.remove_pod(pi.key) is not None:
-            if pi.anti_affinity_terms:
+        removed = ni.remove_pod(pi.key)
+        if removed is not None:
+            # The pod as it was accounted (the caller's copy may be a later version of it).
+            self.affinity_index.remove(removed, pi.node_name)
+            if removed.anti_affinity_terms:
                 self.required_anti_pods -= 1
-            if pi.has_affinity:
+            if removed.has_affinity:
                 self.affinity_pods -= 1
+            if removed.scores_others:
+                self.scoring_affinity_pods -= 1
         if ni.node is None and not ni.pods:
             # The last pod of a ghost (or of a node never seen) is gone: the ghost goes with it.
             del self._nodes[pi.node_name]
@@ -330,6 +411,10 @@ class SchedulerCache:
     def node_info(self, name: str) -> NodeInfo | None:
         """The NodeInfo of a name (ghosts included)."""
         return self._nodes.get(name)
+
+    def node_infos_by_name(self) -> Mapping[str, NodeInfo]:
+        """Every NodeInfo by name, ghosts included (a read-only view: do not mutate)."""
+        return self._nodes
 
     def all_node_infos(self) -> list[NodeInfo]:
         """Every NodeInfo, ghosts included (what 1.7-1.8's affinity code iterated)."""

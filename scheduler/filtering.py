@@ -20,7 +20,12 @@ The filters, in upstream's order and with upstream's reasons:
   anti-affinity of pods already placed, over any topology key (hostname, zone, ...).
 
 Inter-pod affinity needs a pass over existing pods before any node is checked (upstream's
-PreFilter). Today that pass iterates the cycle's snapshot, which leaves ghosts out. With switch
+PreFilter). Today that pass reads the cache's `AffinityIndex` (`affinity_state_from_index`):
+placed pods counted per node by (namespace, labels) group and by distinct required anti-affinity
+term, kept incrementally on assume, bind, update and delete, so each group and term is matched
+once per cycle instead of each pod; nodes are resolved against the cycle's NodeInfos, which
+leaves ghosts out. It counts exactly what a scan of every placed pod of the snapshot counts
+(`compute_affinity_state`, kept as the reference and for the switch below). With switch
 `ghost-node-affinity-error` it iterates every NodeInfo of the cache, ghosts included, and reads
 each existing pod's node from the node informer's store, as 1.7-1.8 did: a pod on a deleted node
 raises `NodeNotFoundError` and the whole cycle fails with `node "X" not found` (kubernetes#50813).
@@ -32,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubemesh.scheduler.caching import NodeInfo
+from kubemesh.scheduler.caching import AffinityIndex, NodeInfo
 from kubemesh.scheduler.podinfo import PodInfo
 from kubemesh.scheduler.queueing import Nominator
 from kubemesh.services.model.podutil import tolerates
@@ -80,10 +85,14 @@ def _taint_failure(taint: Mapping[str, Any]) -> Failure:
 class AffinityState:
     """Topology pair counts of the inter-pod affinity pre-pass (upstream's preFilterState)."""
 
-    __slots__ = ("affinity", "anti", "existing_anti", "pod")
+    __slots__ = ("_blocked", "affinity", "anti", "existing_anti", "pod")
 
     def __init__(self, pod: PodInfo) -> None:
         self.pod = pod
+        self._blocked: tuple[tuple[tuple[str, frozenset[str]], ...], tuple[tuple[str, frozenset[str]], ...]] | None
+        self._blocked = None
+        """`existing_anti` and `anti` as (topology key, values with a count) per key, built on the
+        first check and dropped by `update`: a node is then checked with one lookup per key."""
         self.existing_anti: dict[Pair, int] = {}
         """Pairs where a placed pod's required anti-affinity term matches the incoming pod."""
         self.anti: dict[Pair, int] = {}
@@ -106,6 +115,7 @@ class AffinityState:
 
     def update(self, existing: PodInfo, labels: Mapping[str, str], delta: int) -> None:
         """Count (delta=1) or uncount (delta=-1) one placed pod on a node with `labels`."""
+        self._blocked = None
         pod = self.pod
         for term in existing.anti_affinity_terms:
             value = labels.get(term.topology_key)
@@ -123,16 +133,20 @@ class AffinityState:
 
     def check(self, labels: Mapping[str, str]) -> Failure | None:
         """The InterPodAffinity filter for a node with these labels."""
-        if self.existing_anti:
-            for pair in labels.items():
-                if self.existing_anti.get(pair, 0) > 0:
-                    return F_EXISTING_ANTI
+        blocked = self._blocked
+        if blocked is None:
+            blocked = self._blocked = (_by_key(self.existing_anti), _by_key(self.anti))
+        existing_anti, anti = blocked
+        for key, values in existing_anti:
+            value = labels.get(key)
+            if value is not None and value in values:
+                return F_EXISTING_ANTI
+        for key, values in anti:
+            # Only the incoming pod's own terms put pairs here, so every key is one of its terms'.
+            value = labels.get(key)
+            if value is not None and value in values:
+                return F_ANTI
         pod = self.pod
-        if self.anti:
-            for term in pod.anti_affinity_terms:
-                value = labels.get(term.topology_key)
-                if value is not None and self.anti.get((term.topology_key, value), 0) > 0:
-                    return F_ANTI
         if pod.affinity_terms:
             pods_exist = True
             for term in pod.affinity_terms:
@@ -146,6 +160,14 @@ class AffinityState:
             if not pods_exist and (self.affinity or not all(t.matches(pod) for t in pod.affinity_terms)):
                 return F_AFFINITY
         return None
+
+
+def _by_key(counts: Mapping[Pair, int]) -> tuple[tuple[str, frozenset[str]], ...]:
+    keys: dict[str, set[str]] = {}
+    for (key, value), n in counts.items():
+        if n > 0:
+            keys.setdefault(key, set()).add(value)
+    return tuple((key, frozenset(values)) for key, values in keys.items())
 
 
 def _bump(counts: dict[Pair, int], pair: Pair, delta: int) -> None:
@@ -190,6 +212,59 @@ def compute_affinity_state(pod: PodInfo, nodes: Sequence[NodeInfo], *, any_requi
         else:
             for existing in ni.pods_with_required_anti_affinity.values():
                 state.update(existing, labels, 1)
+    return None if state.empty else state
+
+
+def affinity_state_from_index(pod: PodInfo, index: AffinityIndex, nodes: Mapping[str, NodeInfo], *,
+                              any_required_anti: bool) -> AffinityState | None:
+    """The inter-pod affinity pre-pass from the cache's incremental index; None when nothing can fail.
+
+    Counts exactly what `compute_affinity_state` counts over the snapshot `nodes` (by name; a node
+    absent from it, or a ghost, contributes nothing), but matches each distinct anti-affinity term
+    of placed pods and each (namespace, labels) group of placed pods once, not each pod: the work
+    is proportional to the distinct terms and groups and the nodes holding matching pods.
+    """
+    if not pod.has_required_affinity and not any_required_anti:
+        return None
+    state = AffinityState(pod)
+    get_node = nodes.get
+    existing_anti = state.existing_anti
+    for term, per_node in index.anti_terms.items():
+        if not term.matches(pod):
+            continue
+        key = term.topology_key
+        for name, n in per_node.items():
+            ni = get_node(name)
+            if ni is None or ni.node is None:
+                continue
+            value = ni.labels.get(key)
+            if value is not None:
+                pair = (key, value)
+                existing_anti[pair] = existing_anti.get(pair, 0) + n
+    if pod.has_required_affinity:
+        anti, affinity = state.anti, state.affinity
+        anti_terms, affinity_terms = pod.anti_affinity_terms, pod.affinity_terms
+        for member, per_node in index.groups.values():
+            anti_keys = [t.topology_key for t in anti_terms if t.matches(member)]
+            affinity_keys = ([t.topology_key for t in affinity_terms]
+                             if affinity_terms and all(t.matches(member) for t in affinity_terms) else [])
+            if not anti_keys and not affinity_keys:
+                continue
+            for name, n in per_node.items():
+                ni = get_node(name)
+                if ni is None or ni.node is None:
+                    continue
+                labels = ni.labels
+                for key in anti_keys:
+                    value = labels.get(key)
+                    if value is not None:
+                        pair = (key, value)
+                        anti[pair] = anti.get(pair, 0) + n
+                for key in affinity_keys:
+                    value = labels.get(key)
+                    if value is not None:
+                        pair = (key, value)
+                        affinity[pair] = affinity.get(pair, 0) + n
     return None if state.empty else state
 
 

@@ -225,16 +225,24 @@ def _qos_best_effort(spec: Mapping[str, Any]) -> bool:
     return True
 
 
+def _frozen_labels(labels: Mapping[str, str]) -> frozenset[tuple[str, str]]:
+    try:
+        return frozenset(labels.items())
+    except TypeError:
+        # A value that is not a string (never valid, but never a crash): compared by its repr.
+        return frozenset((str(k), repr(v)) for k, v in labels.items())
+
+
 class PodInfo:
     """A pod as the scheduler sees it: the wire object plus everything precomputed from it."""
 
     __slots__ = (
         "_node_selector", "affinity_terms", "anti_affinity_terms", "best_effort", "cpu", "has_affinity",
-        "has_required_affinity", "key", "labels", "mem", "name", "namespace", "node_name",
+        "has_required_affinity", "key", "label_group", "labels", "mem", "name", "namespace", "node_name",
         "nominated_node", "nz_cpu", "nz_mem", "pod", "preemption_policy", "preferred_affinity",
         "preferred_anti_affinity", "preferred_node_terms", "priority", "priority_class",
-        "required_node_terms", "resource_version", "scheduler_name", "start_time", "terminating",
-        "tolerations", "uid",
+        "required_node_terms", "resource_version", "scheduler_name", "scores_others", "start_time",
+        "terminating", "tolerations", "uid",
     )
 
     def __init__(self, pod: Obj, *, priority: int | None = None) -> None:
@@ -325,6 +333,11 @@ class PodInfo:
         self.has_required_affinity = bool(self.affinity_terms or self.anti_affinity_terms)
         self.has_affinity = bool(self.has_required_affinity or self.preferred_affinity
                                  or self.preferred_anti_affinity)
+        self.scores_others = bool(self.affinity_terms or self.preferred_affinity or self.preferred_anti_affinity)
+        """Whether, once placed, the pod's terms add to other pods' InterPodAffinity scores
+        (required anti-affinity filters but never scores)."""
+        self.label_group: tuple[str, frozenset[tuple[str, str]]] = (ns, _frozen_labels(self.labels))
+        """What every term matches on: pods with equal groups are selected by the same terms."""
 
     @property
     def has_node_constraints(self) -> bool:

@@ -35,15 +35,17 @@ import asyncio
 import contextlib
 import random
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from kubemesh.scheduler.caching import NodeInfo, SchedulerCache
 from kubemesh.scheduler.filtering import (
+    AffinityState,
     FitError,
     NodeLookup,
     NodeNotFoundError,
     PodFilter,
+    affinity_state_from_index,
     compute_affinity_state,
     find_feasible,
     num_feasible_nodes_to_find,
@@ -247,9 +249,7 @@ class Scheduler:
         cache = self.cache
         nodes = cache.nodes()
         ghost_bug = BUG_GHOST in self.bugs
-        state = compute_affinity_state(
-            pi, nodes, any_required_anti=cache.required_anti_pods > 0, ghost_bug=ghost_bug,
-            all_nodes=cache.all_node_infos() if ghost_bug else (), node_lookup=self.node_lookup)
+        state = self._affinity_state(pi, nodes, ghost_bug=ghost_bug)
         pod_filter = PodFilter(pi, affinity=state, nominator=self.nominator)
         if not nodes:
             raise FitError(pi, num_nodes=0, failures={})
@@ -269,10 +269,22 @@ class Scheduler:
             raise FitError(pi, num_nodes=len(nodes), failures=result.failures)
         if len(result.feasible) == 1:
             return result.feasible[0]
-        inter = compute_inter_pod_scores(pi, nodes, any_affinity_pods=cache.affinity_pods > 0,
+        inter = compute_inter_pod_scores(pi, nodes, any_affinity_pods=cache.scoring_affinity_pods > 0,
                                          hard_weight=s.hard_pod_affinity_weight)
         scores = score_nodes(pi, result.feasible, inter_pod=inter)
         return select_host(result.feasible, scores, self.rng)
+
+    def _affinity_state(self, pi: PodInfo, nodes: Sequence[NodeInfo], *,
+                        ghost_bug: bool = False) -> AffinityState | None:
+        """The inter-pod affinity pre-pass of a cycle over the cache's snapshot `nodes`."""
+        cache = self.cache
+        if ghost_bug:
+            # 1.7-1.8's pass walks every pod of every NodeInfo, ghosts included (and fails on them).
+            return compute_affinity_state(
+                pi, nodes, any_required_anti=cache.required_anti_pods > 0, ghost_bug=True,
+                all_nodes=cache.all_node_infos(), node_lookup=self.node_lookup)
+        return affinity_state_from_index(pi, cache.affinity_index, cache.node_infos_by_name(),
+                                         any_required_anti=cache.required_anti_pods > 0)
 
     def preemption_candidate(self, pi: PodInfo, err: FitError) -> tuple[Candidate | None, str]:
         """Decide preemption for a pod that fits nowhere (never awaits)."""
@@ -283,7 +295,7 @@ class Scheduler:
                                       node_infos=infos)
         if not ok:
             return None, why
-        state = compute_affinity_state(pi, nodes, any_required_anti=cache.required_anti_pods > 0)
+        state = self._affinity_state(pi, nodes)
         pod_filter = PodFilter(pi, affinity=state, nominator=self.nominator)
         # Recheck every node: the cycle may have stopped filtering early, and time has passed.
         failures = {}

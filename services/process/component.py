@@ -54,7 +54,7 @@ from kubemesh.services.machinery.client import ApiClient, ApiError, NotFoundErro
 from kubemesh.services.machinery.clock import Clock, ClusterClock, component_rng
 from kubemesh.services.model import codec
 from kubemesh.services.model.bugs import UnknownBugError, parse_bugs, split_names
-from kubemesh.services.process import chaospoints
+from kubemesh.services.process import chaospoints, startup
 from kubemesh.services.process.admin import AdminServer, AdminSettings, json_response, status_response
 from kubemesh.services.process.chaospoints import ChaosPoints, Freezable
 from kubemesh.services.process.logs import LEVELS, configure_logging
@@ -229,7 +229,13 @@ async def fetch_clock(client: ApiClient, *, wait_for: float, log: FilteringBound
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_for
+    # Components start together with the apiserver (the launcher's eager start), so the first
+    # attempts usually fail with a refused connection, which costs next to nothing on loopback:
+    # retry every 50 ms for the first seconds so that no back-off delay is added to a cold start,
+    # and back off (to 1 s) only for an apiserver that is slow to come or away.
+    fast_until = loop.time() + 5.0
     delay = 0.05
+    attempt = 0
     while True:
         remaining = deadline - loop.time()
         try:
@@ -239,9 +245,12 @@ async def fetch_clock(client: ApiClient, *, wait_for: float, log: FilteringBound
         except (ApiError, TimeoutError, KeyError, TypeError, ValueError) as exc:
             if loop.time() + delay >= deadline:
                 raise TimeoutError(f"apiserver {client.base_url} did not answer GET /clock") from exc
-            log.info("waiting for the apiserver", error=str(exc) or type(exc).__name__)
+            if delay >= 1.0 or attempt % 20 == 0:  # about once a second
+                log.info("waiting for the apiserver", error=str(exc) or type(exc).__name__)
+            attempt += 1
         await asyncio.sleep(delay)
-        delay = min(delay * 2, 1.0)
+        if loop.time() >= fast_until:
+            delay = min(delay * 2, 1.0)
 
 
 def advertised_url(admin: AdminServer) -> str:
@@ -413,6 +422,7 @@ def main(*, component: str, run: Run, parser: argparse.ArgumentParser | None = N
         argv: The arguments (default: `sys.argv[1:]`).
         add_arguments: Alternatively to `parser`, a function adding the component's flags.
     """
+    startup.imports_done()  # the collector back on if the component's __main__ turned it off
     parser = parser or argparse.ArgumentParser(prog=f"python -m {component}")
     if add_arguments is not None:
         add_arguments(parser)

@@ -123,7 +123,13 @@ def _configure_up(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_up(args: argparse.Namespace) -> Awaitable[int]:
+    from kubemesh.services.process import startup  # noqa: PLC0415 - only for `up`
+
+    # The launcher's imports are on a cold start's critical path as the components' are.
+    startup.prepare()
     from kubemesh.services.mesh import launching  # noqa: PLC0415 - aiohttp and the launcher only for `up`
+
+    startup.imports_done()
 
     if args.bugs is None:
         try:

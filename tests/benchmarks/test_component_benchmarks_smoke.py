@@ -60,8 +60,14 @@ def test_kubelet_capacity_quick(tmp_path: Path) -> None:
 
 
 def test_scheduler_throughput_quick(tmp_path: Path) -> None:
-    doc = run("scheduler_throughput.py", tmp_path)
+    doc = run("scheduler_throughput.py", tmp_path, "--core")
     assert set(doc["results"]) == {"100/plain/streaming", "100/anti-affinity/streaming"}
+    core = doc["core"]
+    assert set(core["cases"]) == {"plain/index", "anti-affinity/index", "anti-affinity/scan"}
+    for c in core["cases"].values():
+        assert c["unschedulable"] == 0 and c["pods_per_cpu_s"] > 0
+        assert set(c["split"]) == {"prepass", "filter", "score", "assume"}
+    assert {"anti_over_plain", "anti_over_plain_with_scan", "index_over_scan"} <= core.keys()
     for case in doc["results"].values():
         assert {"throughput_pods_per_s", "first_to_last_binding_pods_per_s", "max_bound_in_1s", "pod_creation",
                 "bound", "latency_p50_s", "latency_p99_s",
