@@ -439,6 +439,12 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[k]
 
 
+def round_median(values: Sequence[float]) -> float:
+    """The median of a few rounds' figures, the upper one of an even count (always a measured value); NaN when empty."""
+    s = sorted(values)
+    return s[len(s) // 2] if s else float("nan")
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on (with the load average: other work on the machine skews them)."""
     try:

@@ -52,6 +52,7 @@ from _common import (
     percentile,
     pin,
     pod_body,
+    round_median,
     run_loop,
     sent_marker,
     server_cores,
@@ -277,11 +278,6 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         server.stop()
 
 
-def _median(values: list[float]) -> float:
-    s = sorted(values)
-    return s[len(s) // 2] if s else float("nan")
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line flags."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0] if __doc__ else None)
@@ -312,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.connections} writers, {args.watchers} watchers per resource", flush=True)
     with tempfile.TemporaryDirectory(prefix="kubemesh-bench-") as tmp:
         rounds = measure(args, Path(tmp))
-    summary = {r: {k: _median([x[k] for x in rs]) for k in ("create_per_s", "update_per_s", "create_per_cpu_s",
+    summary = {r: {k: round_median([x[k] for x in rs]) for k in ("create_per_s", "update_per_s", "create_per_cpu_s",
                                                              "update_per_cpu_s", "p50_ms", "p99_ms")}
                for r, rs in rounds.items()}
     pods, widgets = summary["pods"], summary["widgets"]

@@ -43,6 +43,7 @@ from _common import (
     open_watch,
     pin,
     pod_body,
+    round_median,
     run_loop,
     sent_marker,
     server_cores,
@@ -151,11 +152,6 @@ def measure(args: argparse.Namespace, workdir: Path, bodies: dict[str, bytes]) -
         server.stop()
 
 
-def _median(values: list[float]) -> float:
-    s = sorted(values)
-    return s[len(s) // 2] if s else float("nan")
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line flags."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0] if __doc__ else None)
@@ -187,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kubemesh-bench-") as tmp:
         rounds = measure(args, Path(tmp), bodies)
     decode_us = decode_cost(bodies, 200 if args.quick else 2000)
-    summary = {e: {k: _median([x[k] for x in rs]) for k in ("creates_per_s", "creates_per_cpu_s", "server_cpu")}
+    summary = {e: {k: round_median([x[k] for x in rs]) for k in ("creates_per_s", "creates_per_cpu_s", "server_cpu")}
                for e, rs in rounds.items()}
     for e, figures in summary.items():
         figures["decode_us"] = decode_us[e]

@@ -41,6 +41,7 @@ from _common import (
     open_watch,
     pin,
     pod_body,
+    round_median,
     run_loop,
     sent_marker,
     server_cores,
@@ -141,11 +142,6 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, list[dict[str,
             s.stop()
 
 
-def _median(values: list[float]) -> float:
-    s = sorted(values)
-    return s[len(s) // 2] if s else float("nan")
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line flags."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0] if __doc__ else None)
@@ -176,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
           f"writers, {args.watchers} watchers per server, {args.noise} unrelated bindings", flush=True)
     with tempfile.TemporaryDirectory(prefix="kubemesh-bench-") as tmp:
         rounds = measure(args, Path(tmp))
-    summary = {m: {k: _median([x[k] for x in rs]) for k in ("creates_per_s", "creates_per_cpu_s", "server_cpu")}
+    summary = {m: {k: round_median([x[k] for x in rs]) for k in ("creates_per_s", "creates_per_cpu_s", "server_cpu")}
                for m, rs in rounds.items()}
     ratios = {
         "create": summary["rbac"]["creates_per_s"] / summary["off"]["creates_per_s"],
