@@ -8,8 +8,7 @@
   one; clients get `mesh.kubeconfig_path`.
 * `k8s_api(kubeconfig)`: a `kubernetes_asyncio` ApiClient configured from a kubeconfig, as an
   operator would load it.
-* `eventually(check, within=..., what=...)`: poll until `check()` is truthy; wall-clock
-  deadlines only bound the wait, nothing asserts on time.
+* waits: `eventually` is in `tests/waits.py`, shared with the other test directories.
 * `Child`: a child process whose stdout lines are collected as they come (and kept in a log
   file for the failure message).
 
@@ -120,22 +119,6 @@ async def k8s_api(kubeconfig: Path) -> AsyncIterator[Any]:
         yield api_client
 
 
-# ---------------------------------------------------------------------------------- waits
-
-
-async def eventually(check: Callable[[], Awaitable[T | None]], *, within: float, what: str,
-                     interval: float = 0.1) -> T:
-    """Poll `check` until it returns something truthy; fail after `within` wall seconds."""
-    last: T | None = None
-    try:
-        async with asyncio.timeout(within):
-            while True:
-                last = await check()
-                if last:
-                    return last
-                await asyncio.sleep(interval)
-    except TimeoutError:
-        raise AssertionError(f"not within {within:.0f} s: {what}; last: {last!r}") from None
 
 
 async def gone(read: Callable[[], Awaitable[Any]]) -> bool:

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clientkit import Child, Json, ak8s, client_tools, eventually, k8s_api, kubeconfig_env, start_mesh
+from clientkit import Child, Json, ak8s, client_tools, k8s_api, kubeconfig_env, start_mesh
+from waits import eventually
 
 from kubemesh.services.mesh.launching import Mesh
 

@@ -31,7 +31,8 @@ from typing import Any
 
 import pytest
 import yaml
-from clientkit import HERE, Child, Json, ak8s, client_tools, eventually, k8s_api, kubeconfig_env, start_mesh
+from clientkit import HERE, Child, Json, ak8s, client_tools, k8s_api, kubeconfig_env, start_mesh
+from waits import eventually
 
 from kubemesh.services.mesh.kubectl import Kubectl, KubectlError
 from kubemesh.services.mesh.launching import Mesh

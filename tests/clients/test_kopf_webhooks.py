@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from clientkit import HERE, Child, Json, client_tools, eventually, kubeconfig_env, start_mesh
+from clientkit import HERE, Child, Json, client_tools, kubeconfig_env, start_mesh
+from waits import eventually
 
 from kubemesh.services.machinery.certs import ensure_certs
 from kubemesh.services.mesh.kubectl import Kubectl, KubectlError

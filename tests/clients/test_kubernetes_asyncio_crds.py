@@ -25,8 +25,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from clientkit import ApiException, Json, ak8s, eventually, gone, k8s_api, start_mesh
+from clientkit import ApiException, Json, ak8s, gone, k8s_api, start_mesh
 from kubernetes_asyncio import watch as _ak8s_watch
+from waits import eventually
 
 ak8s_watch: Any = _ak8s_watch
 

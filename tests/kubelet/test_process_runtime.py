@@ -17,7 +17,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,6 +30,7 @@ from kubernetes.stream import stream as _stream
 from kubernetes_asyncio import client as _ak8s
 from kubernetes_asyncio import config as _ak8s_config
 from kubernetes_asyncio.stream import WsApiClient as _WsApiClient
+from waits import eventually
 
 from kubemesh.services.machinery.client import ApiClient, NotFoundError
 from kubemesh.services.mesh.endpoint import EndpointError, MeshEndpoint
@@ -53,17 +54,6 @@ RATE = 10.0
 NS = "default"
 
 
-async def eventually(check: Callable[[], Awaitable[T | None]], *, what: str, within: float = 30.0) -> T:
-    last: T | None = None
-    try:
-        async with asyncio.timeout(within):
-            while True:
-                last = await check()
-                if last:
-                    return last
-                await asyncio.sleep(0.1)
-    except TimeoutError:
-        raise AssertionError(f"not within {within:.0f} s: {what}; last: {last!r}") from None
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
