@@ -363,8 +363,8 @@ def apiserver_launcher() -> LaunchApiServer:
 # Test files that run in `scripts/test`'s second pass, alone, after the parallel pass
 # (pytest-xdist): those that use the Docker engine, its published port 6443 or the image build
 # (two compose stacks must never race for the port or the image), and those whose timing a
-# busy machine distorts (60 emulated nodes at a fast clock lose heartbeats when three test
-# workers share two cores). Marked `serial`: `pytest -m "not serial"` and `pytest -m serial`.
+# busy machine distorts (60 emulated nodes at a fast clock lose heartbeats, and the seed races'
+# timing shifts, when three test workers share two cores). Marked `serial`: `pytest -m "not serial"` and `pytest -m serial`.
 SERIAL_FILES: frozenset[str] = frozenset({
     "tests/compose/test_compose_stack.py",
     "tests/docs/test_documented_commands.py",
@@ -374,6 +374,7 @@ SERIAL_FILES: frozenset[str] = frozenset({
     "tests/plugin/test_plugin_scopes.py",
     "tests/kubelet/test_kubelet_lifecycle.py",
     "tests/controller_manager/test_cm_zone_scale.py",
+    "tests/scenarios/test_scenarios.py",
 })
 
 
