@@ -364,7 +364,8 @@ def apiserver_launcher() -> LaunchApiServer:
 # (pytest-xdist): those that use the Docker engine, its published port 6443 or the image build
 # (two compose stacks must never race for the port or the image), and those whose timing a
 # busy machine distorts (60 emulated nodes at a fast clock lose heartbeats, and the seed races'
-# timing shifts, when three test workers share two cores). Marked `serial`: `pytest -m "not serial"` and `pytest -m serial`.
+# timing shifts, when three test workers share two cores).
+# Marked `serial`: `pytest -m "not serial"` and `pytest -m serial`.
 SERIAL_FILES: frozenset[str] = frozenset({
     "tests/compose/test_compose_stack.py",
     "tests/docs/test_documented_commands.py",
