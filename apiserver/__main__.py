@@ -62,9 +62,13 @@ def _parse(argv: list[str] | None = None) -> tuple[ServerSettings, argparse.Name
                    help="leave kube-system empty: no control-plane mirror pods, no cluster DNS (default: kubeadm's)")
     p.add_argument("--authorization-mode", choices=("RBAC", "AlwaysAllow"), default="RBAC",
                    help="RBAC (default: Roles and bindings decide; system:masters may do everything) or AlwaysAllow")
-    p.add_argument("--component-identities", action="store_true",
+    p.add_argument("--component-identities", action=argparse.BooleanOptionalAction, default=True,
                    help="the components act as system:kube-scheduler, system:kube-controller-manager and "
-                        "system:node:<name> under their bootstrap roles, not as the admin (default off)")
+                        "system:node:<name> (node authorizer and NodeRestriction) under their bootstrap roles; "
+                        "--no-component-identities: they act as the admin (default on)")
+    p.add_argument("--anonymous-auth", action=argparse.BooleanOptionalAction, default=False,
+                   help="requests without a bearer token act as system:anonymous and RBAC decides (kube-apiserver's "
+                        "default); off, they get 401 (default off)")
     p.add_argument("--log-level", default="info")
     a = p.parse_args(argv)
     token = os.environ.get("KUBEMESH_TOKEN") or None
@@ -95,7 +99,7 @@ def _parse(argv: list[str] | None = None) -> tuple[ServerSettings, argparse.Name
                           service_cluster_ip_range=a.service_cluster_ip_range,
                           service_node_port_range=a.service_node_port_range, advertise_address=a.advertise_address,
                           system_pods=a.system_pods, authorization_mode=a.authorization_mode,
-                          component_identities=a.component_identities), a
+                          component_identities=a.component_identities, anonymous_auth=a.anonymous_auth), a
 
 
 def _is_ip(text: str) -> bool:

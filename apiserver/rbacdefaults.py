@@ -88,10 +88,12 @@ def _role(name: str, rules: list[Obj], *, labels: dict[str, str] | None = None,
 
 
 def _binding(name: str, role: str, subjects: list[Obj]) -> Obj:
-    return {"metadata": {"name": name, "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
-                         "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": subjects}
+    out: Obj = {"metadata": {"name": name, "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
+                             "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}}
+    if subjects:
+        out["subjects"] = subjects
+    return out
 
 
 def _group(name: str) -> Obj:
@@ -203,13 +205,19 @@ def cluster_role_bindings() -> list[Obj]:
         _binding("system:kube-scheduler", "system:kube-scheduler", [_user("system:kube-scheduler")]),
         _binding("system:kube-controller-manager", "system:kube-controller-manager",
                  [_user("system:kube-controller-manager")]),
-        # upstream leaves system:node unbound (the node authorizer decides); kubemesh binds it to the nodes' group
-        _binding("system:node", "system:node", [_group("system:nodes")]),
+        # as upstream since 1.8: bound to nobody; the node authorizer (`kubemesh.apiserver.nodeauth`)
+        # grants nodes the role's rules, narrowed to what each node's pods refer to
+        _binding("system:node", "system:node", []),
         _binding("kubemesh:controllers", "kubemesh:controllers", [_user("system:kube-controller-manager")]),
         # the mesh's own endpoints: announcing an admin endpoint, reading the cluster clock
         _binding("kubemesh:component", "kubemesh:component", [
             _user("system:kube-scheduler"), _user("system:kube-controller-manager"), _group("system:nodes")]),
     ]
+
+
+def node_rules() -> list[Obj]:
+    """The `system:node` role's rules: the node authorizer's fixed rules."""
+    return next(list(r["rules"]) for r in cluster_roles() if r["metadata"]["name"] == "system:node")
 
 
 def install(*, registry: Registry) -> None:

@@ -77,7 +77,7 @@ def build_app(core: ApiserverCore) -> web.Application:
     webhooks = core.webhooks
     api = Api(registry=core.registry, hub=hub, targets=core.targets, discovery=core.discovery, openapi=core.openapi,
               admitting=Admitting(registry=core.registry, webhooks=webhooks), authenticator=core.authenticator,
-              authorizer=core.authorizer)
+              authorizer=core.authorizer, request_checks=core.request_checks)
     pod_streams = PodStreams(registry=core.registry, kubelet_of=core.components.kubelet_of, token=settings.token)
     api.pod_streams.update(pod_streams.handlers())
     authenticator, authorizer = core.authenticator, core.authorizer
