@@ -20,7 +20,10 @@ Components under their own identities (`component_identities`, on by default; th
 `--no-component-identities` turns it off): a request with the admin token that says it comes
 from a kubemesh component (`X-Kubemesh-Component`) is that component's user, as upstream's
 components have their own credentials: the scheduler `system:kube-scheduler`, the
-controller-manager `system:kube-controller-manager`, a kubelet `system:node:<instance>` (its
+controller-manager `system:kube-controller-manager` for its informers, events and leader
+election and, for a request one of its controllers makes (`X-Kubemesh-Controller`), that
+controller's ServiceAccount `system:serviceaccount:kube-system:<account>` (upstream's
+`--use-service-account-credentials`; `rbacdefaults.CONTROLLER_ACCOUNTS`), a kubelet `system:node:<instance>` (its
 node, or the kubelet process for its shared pod watch) in `system:nodes`. Their bootstrap roles
 then decide (`kubemesh.apiserver.rbacdefaults`), and for nodes the node authorizer and
 NodeRestriction (`kubemesh.apiserver.nodeauth`): a kubelet touches only its own node, lease
@@ -38,7 +41,7 @@ import base64
 import hashlib
 import hmac
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -110,6 +113,8 @@ class Authenticator:
     admin_token: str | None
     component_identities: bool = True
     """Admin-token requests of kubemesh components act as the components' own users (module docstring)."""
+    controller_account: Callable[[str], str] = lambda controller: f"{controller}-controller"
+    """The kube-system ServiceAccount a controller-manager controller acts as (the bootstrap roles' table)."""
     anonymous: bool = False
     """`--anonymous-auth`: a request without any bearer token is `system:anonymous` in
     `system:unauthenticated` (RBAC then decides: the health and version paths are open to it),
@@ -119,30 +124,33 @@ class Authenticator:
     _cache: dict[str, _Verified] = field(default_factory=dict)
 
     def authenticate(self, authorization: str, *, component: str | None = None,
-                     instance: str | None = None) -> User | None:
+                     instance: str | None = None, controller: str | None = None) -> User | None:
         """The user of an `Authorization` header; None when it authenticates nobody (401).
 
-        `component`/`instance`: the kubemesh component headers (with `component_identities`).
+        `component`/`instance`/`controller`: the kubemesh component headers (with `component_identities`).
         """
         sent = authorization[7:].strip() if authorization.startswith("Bearer ") else ""
         if self.admin_token is not None and sent and hmac.compare_digest(sent, self.admin_token):
-            return self._component(component, instance) if self.component_identities and component else ADMIN
+            return self._component(component, instance, controller) if self.component_identities and component \
+                else ADMIN
         if sent.count(".") == 2:
             user = self._service_account(sent)
             if user is not None:
                 return user
             return None
         if self.admin_token is None:
-            return self._component(component, instance) if self.component_identities and component else ADMIN
+            return self._component(component, instance, controller) if self.component_identities and component \
+                else ADMIN
         if self.anonymous and not authorization:
             return ANONYMOUS
         return None
 
-    @staticmethod
-    def _component(component: str | None, instance: str | None) -> User:
+    def _component(self, component: str | None, instance: str | None, controller: str | None) -> User:
         if component == "scheduler":
             return User(name="system:kube-scheduler", groups=(AUTHENTICATED,))
         if component == "controller_manager":
+            if controller:  # upstream's --use-service-account-credentials: each controller its own account
+                return service_account_user("kube-system", self.controller_account(controller))
             return User(name="system:kube-controller-manager", groups=(AUTHENTICATED,))
         if component == "kubelet":
             return User(name=f"system:node:{instance or 'unknown'}", groups=("system:nodes", AUTHENTICATED))

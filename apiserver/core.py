@@ -195,7 +195,8 @@ def assemble(settings: ServerSettings) -> ApiserverCore:
                          authenticator=Authenticator(store=store, clock=clock, key=load_key(settings.data_dir),
                                                      admin_token=settings.token,
                                                      component_identities=settings.component_identities,
-                                                     anonymous=settings.anonymous_auth),
+                                                     anonymous=settings.anonymous_auth,
+                                                     controller_account=rbacdefaults.controller_account),
                          authorizer=authorizer,
                          request_checks=[restriction.admit_request] if authorizer.enabled else [])
 

@@ -94,7 +94,8 @@ def build_app(core: ApiserverCore) -> web.Application:
             if request.path not in OPEN_PATHS:
                 user = authenticator.authenticate(request.headers.get("Authorization", ""),
                                                   component=request.headers.get("X-Kubemesh-Component"),
-                                                  instance=request.headers.get("X-Kubemesh-Instance"))
+                                                  instance=request.headers.get("X-Kubemesh-Instance"),
+                                                  controller=request.headers.get("X-Kubemesh-Controller"))
                 if user is None:
                     raise errors.StatusError(401, "Unauthorized", "Unauthorized")
                 if "Impersonate-User" in request.headers or "Impersonate-Group" in request.headers:

@@ -1,7 +1,8 @@
 """kubemesh's components under their own identities (`--component-identities`) and upstream's bootstrap roles.
 
 A mesh of two nodes whose apiserver maps each component's admin-token requests to its own user
-(system:kube-scheduler, system:kube-controller-manager, system:node:<name>): nodes register and
+(system:kube-scheduler, system:kube-controller-manager and its controllers' ServiceAccounts,
+system:node:<name>): nodes register and
 turn Ready, a Deployment's pods are created, scheduled and run, and no request of a component
 was refused; a ServiceAccount's token is still its own identity beside them.
 """
@@ -42,6 +43,9 @@ async def test_components_run_under_their_own_identities() -> None:
                    for user, verb, path in refused), refused
         assert len(running) == 2, running
         assert {"system:kube-scheduler", "system:kube-controller-manager"} <= users, users
+        # each controller writes as its own ServiceAccount (upstream's --use-service-account-credentials)
+        assert {"system:serviceaccount:kube-system:deployment-controller",
+                "system:serviceaccount:kube-system:replicaset-controller"} <= users, users
         assert any(str(u).startswith("system:node:") for u in users), users
 
         # The controller-manager, as itself, writes the aggregated ClusterRoles' rules back (upstream's
