@@ -72,6 +72,37 @@ def inconclusive(reason: str, evidence: Iterable[str] = ()) -> Verdict:
     return Verdict(outcome="inconclusive", summary=reason, evidence=tuple(evidence))
 
 
+def fault_ops(records: Iterable[Record], fault: str, *, op: str | None = None,
+              effect: str | None = None) -> list[Record]:
+    """The history's records of one chaos fault, oldest first.
+
+    `op`: inject, recover, trigger, ...; `effect`: hold, release, drop, ... A fault that was never
+    created (faults off) has none. The record's `detail` (effect, key, rv, watch, ...) is merged
+    into the returned copies.
+    """
+    out = []
+    for r in records:
+        if r.get("type") != "fault" or r.get("fault") != fault or (op is not None and r.get("op") != op):
+            continue
+        flat = {**(r.get("detail") or {}), **{k: v for k, v in r.items() if k != "detail"}}
+        if effect is None or flat.get("effect") == effect:
+            out.append(flat)
+    return out
+
+
+def heartbeats(records: Iterable[Record], node: str, *, after: float | None = None,
+               before: float | None = None) -> list[Record]:
+    """The writes a node's kubelet made of its Lease or its Node (its heartbeats), oldest first.
+
+    A powered-off or cut-off kubelet makes none: the history shows whether the node really went
+    silent, which the oracles check before they blame a race on it.
+    """
+    lease = f"kube-node-lease/{node}"
+    return [r for r in select(records, type="write", component="kubelet", after=after, before=before)
+            if (r.get("resource") == "leases" and r.get("key") == lease)
+            or (r.get("resource") == "nodes" and r.get("key") == node)]
+
+
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
     """A status condition of an object by type."""
     for c in ((obj or {}).get("status") or {}).get("conditions") or ():
@@ -100,5 +131,5 @@ def node_name(pod: dict[str, Any] | None) -> str:
     return str(((pod or {}).get("spec") or {}).get("nodeName") or "")
 
 
-__all__ = ["Observation", "Record", "condition", "decide", "eventually", "first", "inconclusive", "is_running",
-           "is_terminating", "never", "node_name", "select", "taint_keys"]
+__all__ = ["Observation", "Record", "condition", "decide", "eventually", "fault_ops", "first", "heartbeats",
+           "inconclusive", "is_running", "is_terminating", "never", "node_name", "select", "taint_keys"]
