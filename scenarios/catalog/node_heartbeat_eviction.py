@@ -19,6 +19,10 @@ written into the objects and the history's DELETE requests (cluster time, not po
 Reproduced: both pods deleted together by the pod-eviction timeout with no NoExecute taint.
 Prevented: taint, then each pod deleted when its own toleration expired. A step off its window
 makes the run inconclusive, with the step named.
+
+The window, read from the history first: the victim's kubelet wrote no heartbeat (Lease or Node
+status) after the power-off, so the node really went silent; a heartbeat after it makes the run
+inconclusive (with faults off the node never goes Unknown, which is inconclusive too).
 """
 
 from __future__ import annotations
@@ -94,9 +98,17 @@ class NodeHeartbeatEviction(Scenario):
         cond = await ctx.until(unknown, within=GRACE + PERIOD + 30)
         if cond is None:
             return oracles.inconclusive(f"{victim} never became Ready=Unknown within {GRACE + PERIOD + 30:.0f} s")
+        late = oracles.heartbeats(await ctx.records(), victim, after=t_off + slack)
+        if late:
+            return oracles.inconclusive(
+                f"{victim}'s kubelet kept writing heartbeats after the power-off ({len(late)}, the first at "
+                f"t={float(late[0]['time']) - ctx.t0:.1f}s): the race window was not opened")
         t_unknown = parse_time(str(cond.get("lastTransitionTime")))
         ctx.mark(f"{victim} Ready=Unknown", lane="controller-manager", at=t_unknown)
-        evidence = [f"heartbeats stopped at t={t_off - ctx.t0:.1f}s",
+        before = oracles.heartbeats(await ctx.records(), victim, before=t_off + slack)
+        last = f"t={float(before[-1]['time']) - ctx.t0:.1f}s" if before else "none in the history"
+        evidence = [f"heartbeats stopped at t={t_off - ctx.t0:.1f}s (the history's last heartbeat of {victim}: "
+                    f"{last}; none after it)",
                     f"Ready=Unknown at t={t_unknown - ctx.t0:.1f}s ({t_unknown - t_off:.1f} s after; "
                     f"window [{GRACE - HEARTBEAT:.0f}, {GRACE + 2 * PERIOD:.0f}] s from grace {GRACE:.0f} s, heartbeat "
                     f"{HEARTBEAT:.0f} s, monitor period {PERIOD:.0f} s: a renewal is noticed at the next pass)"]
