@@ -114,10 +114,12 @@ def cell_of(scenario: Scenario, result: RunResult, *, switch: bool, faults: bool
 
 async def verify_scenario(scenario: Scenario, *, seed: int, report_dir: Path, clock_rate: float | None = None,
                           log: Callable[[str], None] | None = None, on_cell: Callable[[Cell], None] | None = None,
-                          reuse: Mapping[Mode, RunResult] | None = None) -> Verification:
+                          reuse: Mapping[Mode, RunResult] | None = None,
+                          on_run: Callable[[RunResult], None] | None = None) -> Verification:
     """Run the four cells (fresh meshes, seed `seed`) and tell whether the scenario is sound.
 
     `reuse` gives faults-on runs already made (by mode, same seed): they stand for their cells.
+    `on_run` is called with each run this call makes (not with the reused ones).
     """
     cells: list[Cell] = []
     for switch, faults in CELLS:
@@ -129,6 +131,8 @@ async def verify_scenario(scenario: Scenario, *, seed: int, report_dir: Path, cl
         else:
             result = await run_once(scenario, mode=mode, seed=seed, clock_rate=clock_rate, report_dir=report_dir,
                                     log=log, faults=faults, expected=expected)
+            if on_run is not None:
+                on_run(result)
         cell = cell_of(scenario, result, switch=switch, faults=faults)
         cells.append(cell)
         if on_cell is not None:
