@@ -114,6 +114,11 @@ class RecreateStuckTerminating(Scenario):
 
         stuck = await ctx.until(terminating, within=50 + 10 + 300 + 40, poll=0.05)
         if stuck is None:
+            alive = oracles.heartbeats(await ctx.records(), victim, after=off_at + 2.0 + 0.1 * ctx.clock.rate)
+            if alive:
+                return oracles.inconclusive(
+                    f"{victim}'s kubelet kept writing heartbeats ({len(alive)} after the power-off) and {old_name} "
+                    "was never deleted: the node did not go down, the race window was not opened", ctx.lines)
             raise ScenarioError(f"{old_name} was never deleted (Terminating) after {victim} went down")
         terminating_at = ctx.elapsed()
         ctx.mark(f"{old_name} Terminating", lane="controller-manager")
