@@ -24,8 +24,7 @@ inconclusive: the race window was not opened.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from kubemesh.scenarios import oracles
 from kubemesh.scenarios.framework import ScenarioContext, ScenarioError, Verdict
@@ -93,7 +92,8 @@ class NominatedNodeRace(PreemptionRace):
             ctx.close_window("hold p's nominatedNodeName echo to scheduler")
         pn, sn = oracles.node_name(p), oracles.node_name(s)
         p_nnn = ((p or {}).get("status") or {}).get("nominatedNodeName")
-        window = await self._window(ctx)
+        window = oracles.held_past(await ctx.records(), fault="hold-nomination-echo", key="default/p",
+                                   component="scheduler", acted_on="default/s", t0=ctx.t0)
         evidence = [f"p: node {pn or '-'}, nominatedNodeName {p_nnn}",
                     f"s: node {sn or '-'}", f"first binding seen: {first}", *window.evidence]
         failures = await ctx.events_about("p", reason="FailedScheduling")
@@ -107,6 +107,7 @@ class NominatedNodeRace(PreemptionRace):
                 "over-committed the node, so this run shows neither the race nor its prevention", evidence)
         if not window.opened:
             return oracles.inconclusive(f"{window.why}: the race window was not opened", evidence)
+        echo = "never" if window.delivered is None else f"at t={float(window.delivered['time']) - ctx.t0:.1f}s"
         if sn:
             ctx.mark(f"s bound to {sn}", lane="scheduler")
         if pn:
@@ -118,37 +119,4 @@ class NominatedNodeRace(PreemptionRace):
                         f"nominatedNodeName={nnn} and the room it preempted for is gone"),
             prevented=(f"prevented: p was nominated in memory before the patch, so s was kept off {pn}; p was "
                        f"bound to {pn} although the update carrying its nomination reached the scheduler only "
-                       f"{window.echo_when}, after the scheduler had decided on s"))
-
-    async def _window(self, ctx: ScenarioContext) -> Window:
-        """Whether the scheduler decided on s before the held nomination echo reached it (history)."""
-        records = await ctx.records()
-        held = oracles.fault_ops(records, "hold-nomination-echo", op="inject", effect="hold")
-        held = [r for r in held if r.get("key") == "default/p"]
-        decided = oracles.first(records, type="write", component="scheduler", resource="pods", key="default/s")
-        if not held:
-            return Window(opened=False, why="no event of p carrying its nomination was held on the scheduler's "
-                                            "watch", evidence=("hold-nomination-echo held nothing",))
-        rv = held[0].get("rv")
-        echo = next((r for r in oracles.select(records, type="delivery", component="scheduler", resource="pods",
-                                               key="default/p") if r.get("rv") == rv), None)
-        def at(r: dict[str, Any] | None) -> str:
-            return "never" if r is None else f"at t={float(r['time']) - ctx.t0:.1f}s (record {r['index']})"
-        ev = (f"p's nomination update (rv {rv}) held on the scheduler's watch {at(held[0])}, delivered {at(echo)}",
-              f"the scheduler's first write of s (its decision on s): {at(decided)}")
-        if decided is None:
-            return Window(opened=False, why="the scheduler never decided on s", evidence=ev)
-        if echo is not None and int(echo["index"]) < int(decided["index"]):
-            return Window(opened=False, why="p's nomination update reached the scheduler before it decided on s",
-                          evidence=ev)
-        return Window(opened=True, evidence=ev, echo_when=at(echo))
-
-
-@dataclass(frozen=True, kw_only=True)
-class Window:
-    """Whether the race window opened, from the history, and why not."""
-
-    opened: bool
-    why: str = ""
-    evidence: tuple[str, ...] = ()
-    echo_when: str = ""
+                       f"{echo}, after the scheduler had decided on s"))

@@ -219,6 +219,26 @@ def test_fault_ops_flatten_the_detail_and_heartbeats_select_a_nodes_lease_and_st
     assert oracles.heartbeats(HISTORY_FAULTS, "node-1") == []
 
 
+def test_held_past_compares_the_held_events_delivery_with_the_components_first_write() -> None:
+    decided = {"index": 6, "time": 13.0, "type": "write", "component": "scheduler", "resource": "pods",
+               "event": "MODIFIED", "key": "default/s", "rv": 87}
+    late = {"index": 7, "time": 14.0, "type": "delivery", "component": "scheduler", "resource": "pods",
+            "event": "MODIFIED", "key": "default/p", "rv": 83, "watch": 3}
+    early = {**late, "index": 5, "time": 12.9}
+    opened = oracles.held_past([*HISTORY_FAULTS, decided, late], fault="hold", key="default/p",
+                               component="scheduler", acted_on="default/s")
+    assert opened.opened and opened.delivered == late and "rv 83" in opened.evidence[0]
+    before = oracles.held_past([*HISTORY_FAULTS, early, decided], fault="hold", key="default/p",
+                               component="scheduler", acted_on="default/s")
+    assert not before.opened and "before it decided" in before.why
+    nothing = oracles.held_past([decided, late], fault="hold", key="default/p", component="scheduler",
+                                acted_on="default/s")
+    assert not nothing.opened and "held no event" in nothing.why
+    undecided = oracles.held_past(HISTORY_FAULTS, fault="hold", key="default/p", component="scheduler",
+                                  acted_on="default/s")
+    assert not undecided.opened and undecided.delivered is None
+
+
 HISTORY_FAULTS: list[dict[str, Any]] = [
     {"index": 1, "time": 9.0, "type": "fault", "op": "create", "fault": "hold", "detail": {"spec": {}}},
     {"index": 2, "time": 10.0, "type": "fault", "op": "inject", "fault": "hold", "outcome": "ok",
