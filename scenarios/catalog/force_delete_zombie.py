@@ -109,12 +109,12 @@ class ForceDeleteZombie(Scenario):
                 except (AlreadyExistsError, ConflictError):
                     pass
             if not came_back and ctx.now() >= power_on_at:
+                t_back = ctx.now()  # the kubelet's first heartbeats after the power-on come after this
                 await ctx.power_on(victim)
                 # The partition heals: the kubelet reconciles again and stops what the API no longer has.
                 await ctx.node_op(victim, "zombie", {"enabled": False})
                 ctx.mark(f"{victim} back", lane="scenario")
                 came_back = True
-                t_back = ctx.now()
                 end = min(end, ctx.now() + OBSERVE)
             if came_back or created:
                 found = await self.copies(ctx, nodes)
