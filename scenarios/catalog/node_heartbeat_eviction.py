@@ -89,6 +89,7 @@ class NodeHeartbeatEviction(Scenario):
         slack = SLACK_BASE + SLACK_WALL * ctx.clock.rate
         t_off = ctx.now()
         await ctx.power_off(victim)
+        t_done = ctx.now()  # a heartbeat may land while the power-off request is served, not after it
         ctx.mark(f"{victim} heartbeats stop", lane="scenario")
 
         async def unknown() -> dict[str, object] | None:
@@ -96,7 +97,7 @@ class NodeHeartbeatEviction(Scenario):
             return c if c and c.get("status") == "Unknown" else None
 
         cond = await ctx.until(unknown, within=GRACE + PERIOD + 30)
-        late = oracles.heartbeats(await ctx.records(), victim, after=t_off + slack)
+        late = oracles.heartbeats(await ctx.records(), victim, after=t_done + slack)
         if cond is None and not late:
             return oracles.inconclusive(f"{victim} never became Ready=Unknown within {GRACE + PERIOD + 30:.0f} s")
         if late or cond is None:
@@ -105,7 +106,7 @@ class NodeHeartbeatEviction(Scenario):
                 f"t={float(late[0]['time']) - ctx.t0:.1f}s): the race window was not opened")
         t_unknown = parse_time(str(cond.get("lastTransitionTime")))
         ctx.mark(f"{victim} Ready=Unknown", lane="controller-manager", at=t_unknown)
-        before = oracles.heartbeats(await ctx.records(), victim, before=t_off + slack)
+        before = oracles.heartbeats(await ctx.records(), victim, before=t_done + slack)
         last = f"t={float(before[-1]['time']) - ctx.t0:.1f}s" if before else "none in the history"
         evidence = [f"heartbeats stopped at t={t_off - ctx.t0:.1f}s (the history's last heartbeat of {victim}: "
                     f"{last}; none after it)",

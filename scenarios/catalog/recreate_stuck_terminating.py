@@ -104,8 +104,8 @@ class RecreateStuckTerminating(Scenario):
         ctx.focus("pods", f"{ns}/{old_name}")
         ctx.focus("deployments", f"{ns}/cron")
         ctx.say(f"pod {old_name} Running on {victim}")
-        off_at = ctx.now()
         await ctx.power_off(victim)
+        off_at = ctx.now()  # a heartbeat may land while the power-off request is served, not after it
         ctx.mark(f"{victim} powered off", lane="scenario")
 
         async def terminating() -> Obj | None:
