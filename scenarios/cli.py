@@ -103,7 +103,8 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         for s in scenarios.values():
             print(json.dumps({"name": s.name, "summary": s.summary, "upstream": list(s.upstream),
-                              "bugs": list(s.bugs), "eraBugs": list(s.era_bugs), "needsChaos": s.needs_chaos}))
+                              "bugs": list(s.bugs), "eraBugs": list(s.era_bugs), "needsChaos": s.needs_chaos,
+                              "windowNeedsFaults": s.window_needs_faults}))
         return 0
     width = max(len(n) for n in scenarios)
     for s in scenarios.values():

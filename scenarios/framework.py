@@ -270,6 +270,7 @@ class ScenarioContext:
         """Record an injection not made because faults are off (kept in the report's steps)."""
         self.skipped.append(what)
         self.say(f"faults off: skipped {what}")
+        self.mark(f"skipped: {what}", lane="scenario")
 
     # -- the API ---------------------------------------------------------------------------------
 
