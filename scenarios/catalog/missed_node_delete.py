@@ -31,8 +31,9 @@ Probe-1 (app=web, required anti-affinity app=web) is created; once it is bound a
 `BOUND_WITHIN` has passed, probe-2 (the same) shows whether the failure persists.
 
 Oracle (three-valued; cluster time):
-* the race was set up only if the drop was confirmed by the scheduler (its handler-drop
-  counters, `/chaos/handler-drops`) and probe-1 failed with `node "<victim>" not found`
+* the race was set up only if the history shows the fault armed on the scheduler (its `inject`
+  record) and the victim's DELETE delivered to it, the scheduler confirmed the drop (its
+  handler-drop counters, `/chaos/handler-drops`), and probe-1 failed with `node "<victim>" not found`
   (otherwise inconclusive: with faults off nothing is dropped, the window is not opened);
 * symptom: a probe bound to the victim (a deleted node), or probe-1 not bound within
   `BOUND_WITHIN` s of the deletion while the scheduler never re-read the node;
@@ -98,7 +99,12 @@ class MissedNodeDelete(Scenario):
                                         ": the race window was not opened", ctx.lines)
         seen = await ctx.wait_record(within=5, type="delivery", component="scheduler", resource="nodes",
                                      event="DELETED", key=victim)
-        t_seen = float(seen["time"]) if seen else ctx.now()
+        armed = oracles.fault_ops(await ctx.records(), fault, op="inject")
+        if seen is None or not armed:
+            missing = (f"no delivery of the DELETE of {victim} to the scheduler" if seen is None
+                       else f"no inject record of {fault} (the drop was never armed on the scheduler)")
+            return oracles.inconclusive(f"the history shows {missing}: the race window was not opened", ctx.lines)
+        t_seen = float(seen["time"])
         ctx.mark(f"{victim} DELETE reaches scheduler; its handler drops it", lane="scheduler", at=t_seen)
         ctx.say(f"the scheduler's node informer applied the DELETE of {victim}; its handler dropped it ({dropped})")
         await ctx.remove_fault(fault)  # what was dropped stays dropped: nothing will repair the cache
