@@ -60,7 +60,10 @@ class PodSource:
         raise NotImplementedError
 
     async def run(self, worker: PodWorker) -> None:
-        """Keep the view up to date until cancelled (a per-node watch runs here)."""
+        """Keep the view up to date until cancelled (a per-node watch runs here).
+
+        Once the view has synced, call `worker.resync_all()`.
+        """
         raise NotImplementedError
 
     def detach(self, worker: PodWorker) -> None:
@@ -210,9 +213,11 @@ class EmulatedNode:
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self.pod_source.run(self.pods), name=f"{self.name}:pod-view")
+                # No resync here: the source resyncs once its view has synced (`PodSource.run`).
+                # Before that, a pod this node still runs is merely unlisted, not deleted: after
+                # a partition heals, syncing it against an empty view would kill it.
                 tg.create_task(run_workers(queue, self.pods.sync, workers=1, name=f"kubelet:{self.name}"),
                                name=f"{self.name}:pod-worker")
-                self.pods.resync_all()
         finally:
             queue.shutdown(drain=False)
 
