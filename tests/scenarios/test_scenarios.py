@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kubemesh.scenarios import oracles, timeline
-from kubemesh.scenarios.framework import EXPECTED, Mode, Moment, Window
+from kubemesh.scenarios.framework import Mode, Moment, Window
 from kubemesh.scenarios.main import table
 from kubemesh.scenarios.reporting import RunResult
 from kubemesh.scenarios.running import catalog, run_once
@@ -27,7 +27,7 @@ async def test_scenario_outcome_matches_mode(name: str, mode: Mode, tmp_path: Pa
     result = await run_once(scenario, mode=mode, seed=7, report_dir=tmp_path)
     if result.outcome == "inconclusive" and "chaos front door" in result.summary:
         pytest.skip("the apiserver does not serve /chaos/v1/faults")
-    assert result.outcome == EXPECTED[mode], f"{result.summary}\n" + "\n".join(result.evidence)
+    assert result.outcome == scenario.expected[mode], f"{result.summary}\n" + "\n".join(result.evidence)
     report = Path(result.report)
     for f in ("verdict.txt", "history.jsonl", "timeline.html", "run.json"):
         assert (report / f).stat().st_size > 0, f
