@@ -233,7 +233,9 @@ async def test_memory_pressure_from_usage_evicts_besteffort_first() -> None:
     # under the hard threshold (100Mi).
     be = pod_of(api, "besteffort")
     assert be is not None
-    be["metadata"]["annotations"] = {"kubemesh.io/usage": "memory=3000Mi"}
+    # An update, as the informer delivers it: a new object.
+    api.objects[("pods", "default", "besteffort")] = {
+        **be, "metadata": {**be["metadata"], "annotations": {"kubemesh.io/usage": "memory=3000Mi"}}}
     n.pods.enqueue("default/besteffort")
     await run_for(clock, 12)
     be, g = pod_of(api, "besteffort"), pod_of(api, "guaranteed")
