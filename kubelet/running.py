@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 
 from kubemesh.kubelet import admin
 from kubemesh.kubelet.hosting import KubeletHost
+from kubemesh.kubelet.pressure import parse_duration
 from kubemesh.kubelet.settings import KubeletSettings, parse_capacity
 from kubemesh.services.process.component import ComponentContext
 
@@ -48,9 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--eviction-soft", default=d.eviction_soft, help="soft eviction thresholds (same syntax)")
     g.add_argument("--eviction-soft-grace-period", default=d.eviction_soft_grace_period,
                    help="grace period of each soft threshold, e.g. memory.available=1m30s")
-    g.add_argument("--eviction-pressure-transition-period", type=float,
+    g.add_argument("--eviction-pressure-transition-period", type=parse_duration,
                    default=d.eviction_pressure_transition_period,
-                   help="cluster seconds a pressure condition stays True after its threshold was last met")
+                   help="how long a pressure condition stays True after its threshold was last met "
+                        "(cluster time; 5m0s, 300s or 300)")
     g.add_argument("--max-pids", type=int, default=d.max_pids, help="the node's PID limit (pid.available)")
     g.add_argument("--pod-watch", choices=("per-node", "shared"), default=d.pod_watch,
                    help="each node watches its own pods, or one watch for the process")

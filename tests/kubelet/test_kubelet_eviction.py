@@ -6,6 +6,7 @@ The node-level behaviour (a node evicting from its signals and posting the condi
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from kubemesh.kubelet.pressure import (
     pod_usage,
     rank_for_eviction,
 )
+from kubemesh.kubelet.running import add_arguments, settings_from_args
 from kubemesh.kubelet.settings import KubeletSettings
 from kubemesh.services.model.kinds import Obj
 
@@ -182,3 +184,17 @@ def test_eviction_message_in_upstreams_words() -> None:
                            pod=pod("d", usage="disk=2Gi"), default_container_memory=DEFAULT)
     assert msg.startswith("The node was low on resource: ephemeral-storage. Threshold quantity: 10737418240, "
                           "available: 1Ki. Container c0 was using 2048Mi, request is 0, ")
+
+
+def test_kubelet_flags() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--eviction-hard", "memory.available<200Mi", "--eviction-soft", "memory.available<1Gi",
+                              "--eviction-soft-grace-period", "memory.available=1m30s",
+                              "--eviction-pressure-transition-period", "1m", "--max-pids", "1000"])
+    s = settings_from_args(args)
+    assert [(t.signal, t.text, t.hard, t.grace_period) for t in s.eviction_thresholds()] == [
+        ("memory.available", "200Mi", True, 0.0), ("memory.available", "1Gi", False, 90.0)]
+    assert s.eviction_pressure_transition_period == 60 and s.max_pids == 1000
+    with pytest.raises(ValueError):
+        settings_from_args(parser.parse_args(["--eviction-hard", "memory.available>1Gi"]))
