@@ -51,7 +51,9 @@ from kubemesh.services.mesh.chaos_client import Chaos
 from kubemesh.services.mesh.endpoint import MeshEndpoint, MeshError
 from kubemesh.services.model.kinds import EVENTS, NODES, PODS, Obj
 
-Outcome = Literal["reproduced", "prevented", "inconclusive"]
+Outcome = Literal["reproduced", "prevented", "inconclusive", "hazard"]
+"""`hazard`: the run showed an operator hazard (e.g. a force delete while the node is
+partitioned), not a code bug; a scenario that shows one says so in `Scenario.expected`."""
 Mode = Literal["buggy", "fixed"]
 MODES: Final[tuple[Mode, ...]] = ("buggy", "fixed")
 EXPECTED: Final[Mapping[Mode, Outcome]] = {"buggy": "reproduced", "fixed": "prevented"}
@@ -133,6 +135,9 @@ class Scenario(ABC):
     the scenario's docstring says why."""
     needs_chaos: ClassVar[bool] = False
     """Whether the scenario needs the chaos front door (`/chaos/v1/faults`)."""
+    expected: ClassVar[Mapping[Mode, Outcome]] = EXPECTED
+    """The outcome each mode must have (`EXPECTED`, or `hazard` for the mode that shows an
+    operator hazard instead of a bug)."""
     shape: ClassVar[MeshShape] = MeshShape()
     deadline: ClassVar[float] = 600.0
     """Cluster seconds after which the runner gives up on `run` (inconclusive)."""
