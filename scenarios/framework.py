@@ -25,7 +25,7 @@ stack publishes only the apiserver), through the chaos front door (`node_access`
 Faults off (`ScenarioContext(faults=False)`, what `kubemesh scenario verify` runs besides the
 normal runs): every injection made through the context (`add_fault`/`fault`, `power_off`/
 `power_on`, `set_condition`/`clear_condition`, and every kubelet admin operation other than a
-GET, such as the zombie toggle or a container kill) is recorded in `ctx.skipped` and in the steps,
+GET, such as a container kill) is recorded in `ctx.skipped` and in the steps,
 and does nothing; the scenario still runs its workload and its oracle. An oracle that reads its
 evidence from the history then finds that the race window never opened and says inconclusive;
 no scenario needs code of its own for this.
@@ -343,7 +343,7 @@ class ScenarioContext:
             return None
 
     async def node_op(self, node: str, op: str, body: Any = None, *, method: str = "POST") -> Any:
-        """One kubelet admin operation on a node (`power-off`, `conditions`, `zombie`, ...).
+        """One kubelet admin operation on a node (`power-off`, `conditions`, `partition`, ...).
 
         It goes to the kubelet that registered the node; raises `ScenarioError`. With faults off,
         every operation but a GET is an injection: recorded as skipped, not sent (returns None).
