@@ -1,7 +1,7 @@
 """`kubemesh scenario list|run`: the historic races, run on a fresh mesh in buggy and fixed mode.
 
     kubemesh scenario list [--json]
-    kubemesh scenario run NAME [--mode buggy|fixed|both] [--repeat N] [--seed S]
+    kubemesh scenario run NAME [--mode buggy|fixed|both] [--repeat N] [--seed S] [--profile P]
                                [--clock-rate R] [--report-dir DIR] [--json]
     kubemesh scenario run NAME --mode buggy|fixed --attach KUBECONFIG|DIR|URL [--context C]
                                [--token T | --token-file F] [--ca-file F] [--node-access auto|admin|chaos]
@@ -10,7 +10,9 @@
 `run` starts a fresh mesh for each run, runs the scenario, checks its oracle and writes a report
 per run. Exit status 0 when every run had the outcome expected for its mode (reproduced in
 buggy mode, prevented in fixed mode), 1 otherwise. `--json` prints one object per run:
-`{"scenario", "mode", "seed", "outcome", "wall_s", "cluster_s", "report", "bugs"}`.
+`{"scenario", "mode", "seed", "outcome", "wall_s", "cluster_s", "report", "bugs", "profile"}`.
+Each scenario runs as its seed's release (`Scenario.profile`); `--profile current` runs it as
+today's release instead.
 
 With `--attach`, every run uses a mesh that is already running (the compose stack: its
 kubeconfig is `.kubemesh/compose/kubeconfig`) instead of a fresh one, and leaves it running:
@@ -34,6 +36,7 @@ from typing import Any, cast
 from kubemesh.scenarios import attached, running
 from kubemesh.scenarios.framework import MODES, Mode
 from kubemesh.services.mesh.endpoint import EndpointError
+from kubemesh.services.model import profiles
 from kubemesh.services.tools.commands import Command, positive_float, positive_int
 
 
@@ -53,6 +56,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--report-dir", type=Path, default=None,
                      help="where the reports go (default: ./kubemesh-reports/<timestamp>)")
     run.add_argument("--json", action="store_true", help="print one JSON object per run")
+    run.add_argument("--profile", choices=profiles.PROFILES, default=None,
+                     help="run fresh meshes as this release instead of the scenario's own (`current`: today's "
+                          "defaults, to show the difference; see `kubemesh profiles`)")
     g = run.add_argument_group("attached runs (an existing mesh: nothing is started or torn down)")
     g.add_argument("--attach", metavar="KUBECONFIG|DIR|URL", default=None,
                    help="run against this running mesh: a kubeconfig (the compose stack's is "
@@ -83,14 +89,15 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         for s in scenarios.values():
             print(json.dumps({"name": s.name, "summary": s.summary, "upstream": list(s.upstream),
-                              "bugs": list(s.bugs), "eraBugs": list(s.era_bugs), "needsChaos": s.needs_chaos}))
+                              "bugs": list(s.bugs), "eraBugs": list(s.era_bugs), "needsChaos": s.needs_chaos,
+                              "profile": s.profile}))
         return 0
     width = max(len(n) for n in scenarios)
     for s in scenarios.values():
         bugs = ",".join(s.bugs) or "-"
         print(f"{s.name:<{width}}  {s.summary}")
         era = f"; both modes: {','.join(s.era_bugs)}" if s.era_bugs else ""
-        print(f"{'':<{width}}  upstream: {', '.join(s.upstream)}; buggy mode: {bugs}{era}")
+        print(f"{'':<{width}}  runs as {s.profile}; upstream: {', '.join(s.upstream)}; buggy mode: {bugs}{era}")
     return 0
 
 
@@ -110,6 +117,10 @@ async def _run(args: argparse.Namespace) -> int:
             return 2
         if args.clock_rate is not None:
             print("--clock-rate cannot be used with --attach: the mesh's clock is its own", file=sys.stderr)
+            return 2
+        if args.profile is not None:
+            print("--profile cannot be used with --attach: the mesh runs the release it was started as",
+                  file=sys.stderr)
             return 2
         try:
             target = attached.ExistingMesh.from_target(
@@ -141,7 +152,7 @@ async def _run(args: argparse.Namespace) -> int:
         results = await running.run_scenario(scenarios[name], modes=modes, repeat=args.repeat, seed=args.seed,
                                              clock_rate=args.clock_rate, report_dir=report_dir,
                                              log=progress if not args.json else None, on_result=on_result,
-                                             target=target)
+                                             target=target, profile=args.profile)
         ok = ok and all(r.ok for r in results)
         if not args.json and len(results) > 1:
             for mode in modes:

@@ -128,6 +128,10 @@ class Scenario(ABC):
     `ctx.namespace` (deleted after the run) and every change outside it has an undo
     (`ctx.defer`, or the context's own node and fault operations). A scenario that is not
     reusable consumes an attached mesh: the runner refuses later runs on it."""
+    profile: ClassVar[str] = "current"
+    """The release a fresh mesh runs as (`kubemesh profiles`; its seed's): its defaults and bug
+    switches in both modes, with the scenario's own `bugs` turned off in fixed mode (the fix
+    backported). `kubemesh scenario run NAME --profile current` runs it as today's release."""
 
     def bugs_for(self, mode: Mode) -> tuple[str, ...]:
         """The switches a mode runs with: `era_bugs`, plus `bugs` in buggy mode."""

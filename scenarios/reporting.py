@@ -40,7 +40,9 @@ class RunResult:
     startup_s: float | None = None
     evidence: list[str] = field(default_factory=list)
     bugs: list[str] = field(default_factory=list)
-    """The bug switches the run's mesh had on (`Scenario.bugs_for(mode)`)."""
+    """The bug switches the run's mesh had on (its profile's and the mode's)."""
+    profile: str = "current"
+    """The version profile the run's mesh ran (`kubemesh profiles`)."""
 
     @property
     def ok(self) -> bool:
@@ -51,7 +53,7 @@ class RunResult:
         """The `--json` object."""
         return {"scenario": self.scenario, "mode": self.mode, "seed": self.seed, "outcome": self.outcome,
                 "wall_s": round(self.wall_s, 3), "cluster_s": round(self.cluster_s, 3), "report": self.report,
-                "bugs": list(self.bugs)}
+                "bugs": list(self.bugs), "profile": self.profile}
 
 
 async def guarded_run(scenario: Scenario, ctx: ScenarioContext) -> Verdict:
