@@ -54,7 +54,8 @@ def mode_switches(scenario: Scenario, mode: Mode, profile: str) -> tuple[str, ..
     `-NAME` turns off each of the scenario's own switches that its release turns on: the fix
     backported to that release.
     """
-    off = tuple(f"-{b}" for b in scenario.bugs if mode == "fixed" and b in profiles.resolve(profile).bugs())
+    fixes = (*scenario.bugs, *scenario.also_fixed)
+    off = tuple(f"-{b}" for b in fixes if mode == "fixed" and b in profiles.resolve(profile).bugs())
     return (*scenario.bugs_for(mode), *off)
 
 
@@ -62,7 +63,7 @@ def effective_bugs(scenario: Scenario, mode: Mode, profile: str) -> list[str]:
     """Every switch a fresh mesh of this mode runs with: the release's, plus the mode's, minus the fixed ones."""
     chosen = set(profiles.resolve(profile).bugs()) | set(scenario.bugs_for(mode))
     if mode == "fixed":
-        chosen -= set(scenario.bugs)
+        chosen -= {*scenario.bugs, *scenario.also_fixed}
     return sorted(chosen)
 
 

@@ -42,6 +42,7 @@ class ForceDeleteZombie(Scenario):
                               "once (force delete) or never (graceful delete)")
     upstream: ClassVar[tuple[str, ...]] = ("kubectl delete --force docs", "kubernetes#72226", "KEP-2268")
     bugs: ClassVar[tuple[str, ...]] = ()
+    profile: ClassVar[str] = "1.15"
     shape: ClassVar[MeshShape] = MeshShape(nodes=3, clock_rate=60.0)
     deadline: ClassVar[float] = 400.0
 

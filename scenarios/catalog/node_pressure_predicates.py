@@ -59,6 +59,7 @@ class NodePressurePredicates(Scenario):
     upstream: ClassVar[tuple[str, ...]] = ("no upstream bug: scheduler CheckNodeMemoryPressure/DiskPressure "
                                            "predicates and the kubelet eviction manager",)
     bugs: ClassVar[tuple[str, ...]] = ()
+    profile: ClassVar[str] = "1.7"
     shape: ClassVar[MeshShape] = MeshShape(nodes=3, clock_rate=60.0)
     deadline: ClassVar[float] = 300.0
 

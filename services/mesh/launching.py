@@ -637,8 +637,8 @@ class Mesh:
         if self.token is not None:
             args += ["--token-file", str(self.token_path)]
         own = [b for b in self.spec.bugs if bug_switches.BY_NAME[b.removeprefix("-")].component == component]
-        if own:
-            args += ["--bugs", ",".join(own)]
+        if own:  # `--bugs=` form: a value may start with "-" (a switch turned off)
+            args += [f"--bugs={','.join(own)}"]
         if self.spec.profile != profiles.DEFAULT_PROFILE:
             args += ["--profile", self.spec.profile]
         if self.spec.seed is not None:
@@ -684,7 +684,7 @@ class Mesh:
             argv += ["--seed", str(self.spec.seed)]
         own = [b for b in self.spec.bugs if bug_switches.BY_NAME[b.removeprefix("-")].component == APISERVER]
         if own:
-            argv += ["--bugs", ",".join(own)]
+            argv += [f"--bugs={','.join(own)}"]
         if self.spec.profile != profiles.DEFAULT_PROFILE:
             argv += ["--profile", self.spec.profile]
         argv += list(self.spec.extra_args.get(APISERVER, ()))

@@ -27,8 +27,8 @@ from typing import Final, Literal
 
 from kubemesh.services.model.bugs import BY_NAME
 
-Profile = Literal["1.7", "1.8", "1.13", "1.15", "1.28", "current"]
-PROFILES: Final[tuple[Profile, ...]] = ("1.7", "1.8", "1.13", "1.15", "1.28", "current")
+Profile = Literal["1.7", "1.8", "1.13", "1.14", "1.15", "1.28", "current"]
+PROFILES: Final[tuple[Profile, ...]] = ("1.7", "1.8", "1.13", "1.14", "1.15", "1.28", "current")
 DEFAULT_PROFILE: Final[Profile] = "current"
 ENV_VAR: Final = "KUBEMESH_PROFILE"
 
@@ -170,14 +170,17 @@ RELEASES: Final[tuple[Release, ...]] = (
                 emulation="condition taints (always)"),
         Feature(name="PodPriority (preemption)", enabled=True, source="beta v1.11", emulation="always"),
     )),
-    Release(name="1.15", summary="the seed of 003 (Recreate Deployment stuck behind Terminating pods, v1.15.5): "
-                                 "leases on, no out-of-service taint", changes=(
+    Release(name="1.14", summary="kubernetes#74931 (a stale update drops the nomination kubernetes#72259 now "
+                                 "records first): leases on", changes=(
         _d(SCHEDULER, "percentage-of-nodes-to-score", "0",
            "pkg/scheduler/core: adaptive percentageOfNodesToScore (0 = 50% minus 1% per 125 nodes) since v1.14"),
         Switch(name="no-node-lease", on=False, source="NodeLease beta, on by default in v1.14 (KEP-589)"),
         Switch(name="nominate-after-patch", on=False, source="kubernetes#72259 (v1.14)"),
-        Switch(name="stale-update-unnominates", on=False, source="kubernetes#77990 (v1.15)"),
         Feature(name="NodeLease", enabled=True, source="beta v1.14", emulation="switch no-node-lease off"),
+    )),
+    Release(name="1.15", summary="the seed of 003 (Recreate Deployment stuck behind Terminating pods, v1.15.5): "
+                                 "no out-of-service taint yet", changes=(
+        Switch(name="stale-update-unnominates", on=False, source="kubernetes#77990 (v1.15)"),
     )),
     Release(name="1.28", summary="non-graceful node shutdown GA; the last releases with a 40 s grace period",
             changes=(
