@@ -67,7 +67,9 @@ class LargeClusterThreshold(Scenario):
     bugs: ClassVar[tuple[str, ...]] = ("legacy-pod-eviction",)
     profile: ClassVar[str] = "1.7"
     shape: ClassVar[MeshShape] = MeshShape(nodes=sum(SIZES.values()), zones=(LARGE, SMALL), kubelets=2,
-                                           clock_rate=60.0)
+                                           clock_rate=20.0)
+    """101 nodes post their status every 10 cluster seconds: at clock rate 20 that is 200 requests
+    per wall second, which a loaded two-core machine keeps up with (60 it does not)."""
     deadline: ClassVar[float] = 700.0
 
     async def run(self, ctx: ScenarioContext) -> Verdict:
@@ -84,12 +86,16 @@ class LargeClusterThreshold(Scenario):
         await asyncio.gather(*(ctx.client.create(PODS, pod(f"keep-{n}", node_selector={HOSTNAME: n}, tolerations=tol),
                                                  namespace="default") for n in every))
 
-        async def all_running() -> bool:
-            pods = (await ctx.client.list(PODS, namespace="default")).get("items") or []
-            return sum(1 for p in pods if oracles.is_running(p)) >= len(every)
+        running = 0
 
-        if not await ctx.until(all_running, within=60):
-            raise ScenarioError("the keep pods never all ran")
+        async def all_running() -> bool:
+            nonlocal running
+            pods = (await ctx.client.list(PODS, namespace="default")).get("items") or []
+            running = sum(1 for p in pods if oracles.is_running(p))
+            return running >= len(every)
+
+        if not await ctx.until(all_running, within=240, poll=0.2):
+            raise ScenarioError(f"only {running} of the {len(every)} keep pods ran")
         evidence: list[str] = []
         doc = await self._zones(ctx)
         for z in SIZES:

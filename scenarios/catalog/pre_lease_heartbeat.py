@@ -15,8 +15,10 @@ delays every status update of one node at the apiserver (chaos `request.stall` o
 its pod keeps running, and its status requests keep arriving (the fault's injections count them).
 
 * buggy (`no-node-lease`, v1.7): nothing else carries a heartbeat; the node goes Ready=Unknown
-  after the grace period, its pod is marked not ready (`markAllPodsNotReady`), and after the
-  pod-eviction timeout the evictor deletes the pod of a healthy node;
+  after the grace period, its pod is marked not ready (`markAllPodsNotReady`: the controller
+  turned Ready from True itself), and after the pod-eviction timeout the evictor deletes the pod
+  of a healthy node, but not the node's DaemonSet pod (the evictor skips pods a DaemonSet owns:
+  it would only come back);
 * fixed (the 1.7 profile with the lease backported, `-no-node-lease`): the kubelet renews its
   Lease through the delay; the controller takes each renewal as a heartbeat and the node stays
   Ready with its pod.
@@ -35,7 +37,7 @@ from kubemesh.scenarios import oracles
 from kubemesh.scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
 from kubemesh.scenarios.workloads import HOSTNAME, pod
 from kubemesh.services.machinery.clock import parse_time
-from kubemesh.services.model.kinds import PODS
+from kubemesh.services.model.kinds import DAEMONSETS, PODS
 
 GRACE = 40.0
 """The 1.7 profile's `--node-monitor-grace-period`."""
@@ -46,6 +48,11 @@ HELD = 60.0
 """Cluster seconds the apiserver holds each status request before resetting it."""
 WINDOW = EVICTION_TIMEOUT + 2 * PERIOD + 30.0
 """How long the status updates are delayed: past the pod-eviction timeout, with room."""
+AGENT = {"app": "agent"}
+DAEMONSET = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": "default"},
+             "spec": {"selector": {"matchLabels": AGENT},
+                      "template": {"metadata": {"labels": AGENT},
+                                   "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.9"}]}}}}
 
 
 class PreLeaseHeartbeat(Scenario):
@@ -68,12 +75,18 @@ class PreLeaseHeartbeat(Scenario):
         ctx.focus("nodes", victim)
         ctx.focus("pods", "default/web")
         await ctx.client.create(PODS, pod("web", node_selector={HOSTNAME: victim}), namespace="default")
+        await ctx.client.create(DAEMONSETS, DAEMONSET, namespace="default")
+        agent = ""
 
         async def running() -> bool:
-            return oracles.is_running(await ctx.pod("web"))
+            nonlocal agent
+            mine = [p for p in await ctx.pods(label_selector="app=agent") if oracles.node_name(p) == victim]
+            agent = str(mine[0]["metadata"]["name"]) if mine else ""
+            return oracles.is_running(await ctx.pod("web")) and bool(mine) and oracles.is_running(mine[0])
 
         if not await ctx.until(running, within=30):
-            raise ScenarioError("the pod never ran")
+            raise ScenarioError("the pod and the DaemonSet's pod never ran")
+        ctx.focus("pods", f"default/{agent}")
         fault = f"slow-status-{victim}"
         t_s = ctx.now()
         ctx.open_window(f"{victim} status updates held", lane=f"node/{victim}")
@@ -112,6 +125,7 @@ class PreLeaseHeartbeat(Scenario):
                     and r.get("verb") in ("update", "patch") and str(r.get("key", "")).endswith(f"leases/{victim}")
                     and int(r.get("code") or 0) < 300 and t_s < float(r["time"]) <= t_end]
         t_deleted = await self._deleted(ctx)
+        t_agent = await self._deleted(ctx, agent)
         evidence = [f"status updates of {victim} delayed from t={t_s - ctx.t0:.1f}s to t={t_end - ctx.t0:.1f}s; "
                     f"the apiserver held {injected} of the kubelet's status requests",
                     f"status PATCHes of {victim} that succeeded meanwhile: {len(patches)}",
@@ -122,6 +136,8 @@ class PreLeaseHeartbeat(Scenario):
                             f"({seen_unknown - t_s:.1f} s into the delay)")
         if pod_not_ready is not None:
             evidence.append(f"pod web marked not ready (markAllPodsNotReady) by t={pod_not_ready - ctx.t0:.1f}s")
+        evidence.append(f"DaemonSet pod {agent} on {victim}: "
+                        + ("kept" if t_agent is None else f"deleted at t={t_agent - ctx.t0:.1f}s"))
         if t_deleted is not None:
             ctx.mark("web deleted by the pod evictor", lane="controller-manager", at=t_deleted)
             evidence.append(f"pod web deleted by the controller-manager at t={t_deleted - ctx.t0:.1f}s "
@@ -129,13 +145,16 @@ class PreLeaseHeartbeat(Scenario):
         if injected < 2 or patches:
             return oracles.inconclusive("the race window was not opened: the node's status updates were not held "
                                         f"(held {injected}, succeeded {len(patches)})", evidence)
+        if t_agent is not None:
+            return oracles.inconclusive(f"the node controller deleted the DaemonSet pod {agent}", evidence)
         if seen_unknown is not None and t_deleted is not None and not renewals:
             return oracles.decide(
                 symptom=True, healthy=False, prevented="", evidence=evidence,
                 reproduced=(f"reproduced: with the status update as the only heartbeat, {victim} went Ready=Unknown "
                             f"{seen_unknown - t_s:.0f} s after its status updates were delayed, and the pod evictor "
                             f"deleted the running pod web {t_deleted - t_s:.0f} s in, though the kubelet was alive "
-                            f"and kept posting ({injected} status requests held)"))
+                            f"and kept posting ({injected} status requests held); the DaemonSet pod {agent} was "
+                            "spared, as the evictor spares DaemonSet pods"))
         if seen_unknown is None and t_deleted is None and len(renewals) >= 2 and t_end - t_s >= GRACE + 2 * PERIOD:
             return oracles.decide(
                 symptom=False, healthy=True, reproduced="", evidence=evidence,
@@ -146,9 +165,10 @@ class PreLeaseHeartbeat(Scenario):
                                     evidence)
 
     @staticmethod
-    async def _deleted(ctx: ScenarioContext) -> float | None:
+    async def _deleted(ctx: ScenarioContext, name: str = "web") -> float | None:
+        """When the node controller's DELETE of pod `name` succeeded (history), None if it did not."""
         for r in await ctx.records():
             if r.get("type") == "request" and r.get("verb") == "delete" and r.get("component") == "controller_manager" \
-                    and str(r.get("key", "")).endswith("/pods/web") and int(r.get("code") or 0) < 300:
+                    and str(r.get("key", "")).endswith(f"/pods/{name}") and int(r.get("code") or 0) < 300:
                 return float(r["time"])
         return None

@@ -150,8 +150,10 @@ class ReadyFalseEviction(Scenario):
             return oracles.inconclusive("not every pod was evicted in time", evidence)
         if taint is not None:
             # The taint-eviction controller counts a toleration from when it sees the taint: take
-            # the write (history) rather than `timeAdded`, the controller's decision in whole seconds.
-            t_taint = taint_writes[0] if taint_writes else t_false
+            # the write that carried it (the first at or after `timeAdded`, the controller's
+            # decision in whole seconds) rather than `timeAdded` itself.
+            t_added = parse_time(str(taint.get("timeAdded"))) if taint.get("timeAdded") else t_false
+            t_taint = next((t for t in taint_writes if t >= t_added), t_added)
             if abs(t_fast - (t_taint + FAST_TOLERATION)) <= slack and \
                     abs(t_slow - (t_taint + DEFAULT_TOLERATION)) <= slack:
                 return oracles.decide(
