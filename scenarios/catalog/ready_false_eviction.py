@@ -51,9 +51,9 @@ class ReadyFalseEviction(Scenario):
     """See the module docstring."""
 
     name: ClassVar[str] = "ready-false-eviction"
-    summary: ClassVar[str] = ("the kubelet reports Ready=False: pods marked not ready, then evicted after the "
+    summary: ClassVar[str] = ("the kubelet reports Ready=False and keeps posting: pods evicted after the "
                               "pod-eviction timeout from the transition (buggy) or by not-ready taints and "
-                              "tolerations (fixed)")
+                              "tolerations (fixed); no markAllPodsNotReady on this path")
     upstream: ClassVar[tuple[str, ...]] = ("seed 001 (v1.7 node controller, Ready=False)",
                                            "taint-based eviction GA 1.18")
     bugs: ClassVar[tuple[str, ...]] = ("legacy-pod-eviction",)

@@ -14,7 +14,8 @@ from kubemesh.scenarios.main import table
 from kubemesh.scenarios.reporting import RunResult
 from kubemesh.scenarios.running import catalog, run_once
 
-SLOW = {"node-heartbeat-eviction", "recreate-stuck-terminating"}
+SLOW = {"node-heartbeat-eviction", "recreate-stuck-terminating", "pre-lease-heartbeat", "ready-false-eviction",
+        "large-cluster-threshold"}
 
 CASES = [pytest.param(name, mode, id=f"{name}-{mode}",
                       marks=[pytest.mark.slow] if name in SLOW else [])
