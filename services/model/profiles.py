@@ -255,18 +255,24 @@ def from_environment(environ: Mapping[str, str] | None = None) -> str:
     return env.get(ENV_VAR) or DEFAULT_PROFILE
 
 
-def apply_defaults(parser: argparse.ArgumentParser, *, component: str, profile: str) -> Resolved:
+def apply_defaults(parser: argparse.ArgumentParser, *, component: str, profile: str,
+                   strict: bool = True) -> Resolved:
     """Make a release's defaults the defaults of `parser`'s flags (explicit flags still win).
 
     Values are given as on the command line; argparse converts a string default with the flag's
-    `type`, exactly as it converts the flag. Raises `UnknownProfileError`, and `LookupError` when
-    the release names a flag the parser does not have (the table and the component disagree).
+    `type`, exactly as it converts the flag. Raises `UnknownProfileError`, and (`strict`)
+    `LookupError` when the release names a flag the parser does not have (the table and the
+    component disagree; tests/services/test_profiles.py checks every component's parser). Not
+    strict, such a flag is skipped: a stand-in component with a parser of its own (a test's, a
+    `MeshSpec.modules` replacement) takes the switches of the release, not its flags.
     """
     release = resolve(profile)
     by_option = {opt: action for action in parser._actions for opt in action.option_strings}
     for flag, value in release.flag_defaults(component).items():
         action = by_option.get(f"--{flag}")
         if action is None:
+            if not strict:
+                continue
             raise LookupError(f"profile {profile} sets --{flag}, which {component} does not have")
         parser.set_defaults(**{action.dest: value})
     return release

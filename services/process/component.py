@@ -431,7 +431,7 @@ def main(*, component: str, run: Run, parser: argparse.ArgumentParser | None = N
     args = parser.parse_args(argv)
     try:
         # The release's defaults become the flags' defaults: parse again so explicit flags win.
-        release = profiles.apply_defaults(parser, component=component, profile=args.profile)
+        release = profiles.apply_defaults(parser, component=component, profile=args.profile, strict=False)
         args = parser.parse_args(argv)
         bugs = parse_bugs(component=component, cli=split_names(args.bugs), profile=release.bugs(component))
         token = read_token(args.token_file)
