@@ -6,8 +6,12 @@ gets (upstream `AddOrUpdateDaemonPodTolerations`: not-ready and unreachable NoEx
 tolerationSeconds, so DaemonSet pods are never evicted by node failure; disk-, memory- and
 pid-pressure and unschedulable NoSchedule). Pods are created already bound to their node
 (`spec.nodeName`, the pre-1.12 behaviour, robust without a scheduler) and also carry the
-`metadata.name` node affinity that upstream sets for the scheduler. Surplus pods (second pod
-on a node, pod on an ineligible node, Failed pod) are deleted. Expectations as ReplicaSet.
+`metadata.name` node affinity that upstream sets for the scheduler. A node that is not eligible
+only because of a NoSchedule taint keeps the daemon pod it runs (upstream
+`NodeShouldRunDaemonPod`'s shouldContinueRunning: only an untolerated NoExecute taint, a
+selector mismatch or a gone node removes it), so a NotReady node's `unreachable:NoSchedule`
+taint does not delete its daemon pod. Surplus pods (second pod on a node, pod on a node where it
+may not continue, Failed pod) are deleted. Expectations as ReplicaSet.
 Status: desiredNumberScheduled, currentNumberScheduled, numberMisscheduled, numberReady,
 numberAvailable, updatedNumberScheduled, observedGeneration. Template updates use OnDelete
 semantics (no rolling replacement yet).
@@ -99,6 +103,19 @@ def node_should_run(ds: Obj, node: Obj) -> bool:
     return tolerates_all(daemon_tolerations(ds), taints)
 
 
+def node_should_continue_running(ds: Obj, node: Obj) -> bool:
+    """Whether a daemon pod already on this node stays there.
+
+    It does while the selector matches and every NoExecute taint is tolerated: an untolerated
+    NoSchedule taint only keeps new daemon pods off.
+    """
+    tmpl_spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+    sel = tmpl_spec.get("nodeSelector") or {}
+    if any(labels_of(node).get(k) != v for k, v in sel.items()):
+        return False
+    return tolerates_all(daemon_tolerations(ds), [t for t in taints_of(node) if t.get("effect") == NO_EXECUTE])
+
+
 def plan(ds: Obj, nodes: list[Obj], pods: list[Obj]) -> tuple[list[str], list[Obj]]:
     """(node names needing a pod, pods to delete) for one DaemonSet."""
     by_node: dict[str, list[Obj]] = {}
@@ -115,6 +132,9 @@ def plan(ds: Obj, nodes: list[Obj], pods: list[Obj]) -> tuple[list[str], list[Ob
         if node_should_run(ds, node):
             if not alive and not failed:
                 create.append(name)
+            alive.sort(key=lambda p: (creation_time(p), name_of(p)))
+            delete += alive[1:]
+        elif node_should_continue_running(ds, node):
             alive.sort(key=lambda p: (creation_time(p), name_of(p)))
             delete += alive[1:]
         else:
