@@ -64,9 +64,13 @@ def _parse(argv: list[str] | None = None) -> tuple[ServerSettings, argparse.Name
                    help="leave kube-system empty: no control-plane mirror pods, no cluster DNS (default: kubeadm's)")
     p.add_argument("--authorization-mode", choices=("RBAC", "AlwaysAllow"), default="RBAC",
                    help="RBAC (default: Roles and bindings decide; system:masters may do everything) or AlwaysAllow")
-    p.add_argument("--component-identities", action="store_true",
+    p.add_argument("--component-identities", action=argparse.BooleanOptionalAction, default=True,
                    help="the components act as system:kube-scheduler, system:kube-controller-manager and "
-                        "system:node:<name> under their bootstrap roles, not as the admin (default off)")
+                        "system:node:<name> (node authorizer and NodeRestriction) under their bootstrap roles; "
+                        "--no-component-identities: they act as the admin (default on)")
+    p.add_argument("--anonymous-auth", action=argparse.BooleanOptionalAction, default=False,
+                   help="requests without a bearer token act as system:anonymous and RBAC decides (kube-apiserver's "
+                        "default); off, they get 401 (default off)")
     p.add_argument("--log-level", default="info")
     for which in ("not-ready", "unreachable"):
         p.add_argument(f"--default-{which}-toleration-seconds", type=int, default=DEFAULT_TOLERATION_SECONDS,
@@ -113,7 +117,7 @@ def _parse(argv: list[str] | None = None) -> tuple[ServerSettings, argparse.Name
                               unreachable_key=a.unreachable_taint_key or TolerationDefaults().unreachable_key,
                               not_ready_seconds=a.default_not_ready_toleration_seconds,
                               unreachable_seconds=a.default_unreachable_toleration_seconds),
-                          component_identities=a.component_identities), a
+                          component_identities=a.component_identities, anonymous_auth=a.anonymous_auth), a
 
 
 def _is_ip(text: str) -> bool:

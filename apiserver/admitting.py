@@ -54,6 +54,7 @@ class Admitting:
         attrs = Attributes(kind=kind, operation="CREATE", namespace=namespace,
                            name=str(md.get("name") or "") if isinstance(md, dict) else "",
                            obj=draft, dry_run=opts.dry_run, user=_user_name(),
+                           user_info=_user_info(),
                            options={"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"})
         verdict = await self.webhooks.mutate(attrs)
         warnings += verdict.warnings
@@ -72,6 +73,7 @@ class Admitting:
             return self.registry.update(kind, namespace, name, body, opts, subresource=subresource, warnings=warnings)
         attrs = Attributes(kind=kind, operation="UPDATE", namespace=namespace, name=name, subresource=subresource,
                            obj=_as_sent(kind, namespace, body), old=old, dry_run=opts.dry_run, user=_user_name(),
+                           user_info=_user_info(),
                            options={"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"})
         verdict = await self.webhooks.mutate(attrs)
         warnings += verdict.warnings
@@ -89,6 +91,7 @@ class Admitting:
         old = None if created else self.registry.get(kind, namespace, name)
         attrs = Attributes(kind=kind, operation="CREATE" if created else "UPDATE", namespace=namespace, name=name,
                            subresource=subresource, obj=draft, old=old, dry_run=opts.dry_run, user=_user_name(),
+                           user_info=_user_info(),
                            options={"kind": "PatchOptions", "apiVersion": "meta.k8s.io/v1"})
         verdict = await self.webhooks.mutate(attrs)
         warnings += verdict.warnings
@@ -114,7 +117,8 @@ class Admitting:
         old = self.registry.get(kind, namespace, name)
         await self.webhooks.validate(Attributes(
             kind=kind, operation="DELETE", namespace=namespace, name=name, old=old, dry_run=opts.dry_run,
-            user=_user_name(), options={"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"}))
+            user=_user_name(), user_info=_user_info(),
+            options={"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"}))
         return self.registry.delete(kind, namespace, name, opts)
 
 
@@ -122,6 +126,12 @@ def _user_name() -> str:
     """The name of the user whose write is admitted (the admin for the apiserver's own writes)."""
     user = USER.get()
     return user.name if user is not None else ADMIN.name
+
+
+def _user_info() -> Obj:
+    """The admitted write's user as webhooks see it (`userInfo`: name, uid, groups, extra)."""
+    user = USER.get()
+    return (user if user is not None else ADMIN).info()
 
 
 def _dry(opts: WriteOptions) -> WriteOptions:

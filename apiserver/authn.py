@@ -16,14 +16,18 @@ cluster clock: it is refused (401) once expired, once its ServiceAccount (or pod
 even if one of the same name was created again, and while a chaos fault rejects its user.
 Verified tokens are cached by their text; the expiry and the uids are checked on every request.
 
-Components under their own identities (`component_identities`, off by default: the apiserver's
-`--component-identities`): a request with the admin token that says it comes from a kubemesh
-component (`X-Kubemesh-Component`) is that component's user, as upstream's components have
-their own credentials: the scheduler `system:kube-scheduler`, the controller-manager
-`system:kube-controller-manager`, a kubelet `system:node:<instance>` (its node, or the kubelet
-process for its shared pod watch) in `system:nodes`. Their bootstrap roles then decide
-(`kubemesh.apiserver.rbacdefaults`); upstream's node authorizer (a kubelet may touch only its
-own node and its pods) is not modelled.
+Components under their own identities (`component_identities`, on by default; the apiserver's
+`--no-component-identities` turns it off): a request with the admin token that says it comes
+from a kubemesh component (`X-Kubemesh-Component`) is that component's user, as upstream's
+components have their own credentials: the scheduler `system:kube-scheduler`, the
+controller-manager `system:kube-controller-manager` for its informers, events and leader
+election and, for a request one of its controllers makes (`X-Kubemesh-Controller`), that
+controller's ServiceAccount `system:serviceaccount:kube-system:<account>` (upstream's
+`--use-service-account-credentials`; `rbacdefaults.CONTROLLER_ACCOUNTS`), a kubelet `system:node:<instance>` (its
+node, or the kubelet process for its shared pod watch) in `system:nodes`. Their bootstrap roles
+then decide (`kubemesh.apiserver.rbacdefaults`), and for nodes the node authorizer and
+NodeRestriction (`kubemesh.apiserver.nodeauth`): a kubelet touches only its own node, lease
+and pods, and reads only what its pods refer to.
 
 Impersonation (`Impersonate-User`, `Impersonate-Group`, `Impersonate-Uid` headers: kubectl's
 `--as`, `--as-group`, `--as-uid`) is authorized as upstream: the verb `impersonate` on
@@ -37,7 +41,7 @@ import base64
 import hashlib
 import hmac
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -45,7 +49,7 @@ from typing import Any, Final
 import orjson
 
 from kubemesh.apiserver import errors
-from kubemesh.apiserver.rbac import ADMIN, AUTHENTICATED, Attributes, Authorizer, User
+from kubemesh.apiserver.rbac import ADMIN, AUTHENTICATED, UNAUTHENTICATED, Attributes, Authorizer, User
 from kubemesh.apiserver.storage import Store
 from kubemesh.services.machinery.clock import Clock, format_time
 from kubemesh.services.model.kinds import PODS, SERVICEACCOUNTS, Obj
@@ -56,6 +60,7 @@ DEFAULT_EXPIRATION: Final = 3600
 MIN_EXPIRATION: Final = 600
 SA_PREFIX: Final = "system:serviceaccount:"
 KEY_FILE: Final = "sa-signing.key"
+ANONYMOUS: Final = User(name="system:anonymous", groups=(UNAUTHENTICATED,))
 
 
 def _b64(data: bytes) -> str:
@@ -106,35 +111,46 @@ class Authenticator:
     clock: Clock
     key: bytes
     admin_token: str | None
-    component_identities: bool = False
+    component_identities: bool = True
     """Admin-token requests of kubemesh components act as the components' own users (module docstring)."""
+    controller_account: Callable[[str], str] = lambda controller: f"{controller}-controller"
+    """The kube-system ServiceAccount a controller-manager controller acts as (the bootstrap roles' table)."""
+    anonymous: bool = False
+    """`--anonymous-auth`: a request without any bearer token is `system:anonymous` in
+    `system:unauthenticated` (RBAC then decides: the health and version paths are open to it),
+    as kube-apiserver's default; off (kubemesh's default, as hardened clusters run), it gets 401."""
     rejected: set[str] = field(default_factory=set)
     """Chaos: users whose ServiceAccount tokens are refused (as if expired)."""
     _cache: dict[str, _Verified] = field(default_factory=dict)
 
     def authenticate(self, authorization: str, *, component: str | None = None,
-                     instance: str | None = None) -> User | None:
+                     instance: str | None = None, controller: str | None = None) -> User | None:
         """The user of an `Authorization` header; None when it authenticates nobody (401).
 
-        `component`/`instance`: the kubemesh component headers (with `component_identities`).
+        `component`/`instance`/`controller`: the kubemesh component headers (with `component_identities`).
         """
         sent = authorization[7:].strip() if authorization.startswith("Bearer ") else ""
         if self.admin_token is not None and sent and hmac.compare_digest(sent, self.admin_token):
-            return self._component(component, instance) if self.component_identities and component else ADMIN
+            return self._component(component, instance, controller) if self.component_identities and component \
+                else ADMIN
         if sent.count(".") == 2:
             user = self._service_account(sent)
             if user is not None:
                 return user
             return None
         if self.admin_token is None:
-            return self._component(component, instance) if self.component_identities and component else ADMIN
+            return self._component(component, instance, controller) if self.component_identities and component \
+                else ADMIN
+        if self.anonymous and not authorization:
+            return ANONYMOUS
         return None
 
-    @staticmethod
-    def _component(component: str | None, instance: str | None) -> User:
+    def _component(self, component: str | None, instance: str | None, controller: str | None) -> User:
         if component == "scheduler":
             return User(name="system:kube-scheduler", groups=(AUTHENTICATED,))
         if component == "controller_manager":
+            if controller:  # upstream's --use-service-account-credentials: each controller its own account
+                return service_account_user("kube-system", self.controller_account(controller))
             return User(name="system:kube-controller-manager", groups=(AUTHENTICATED,))
         if component == "kubelet":
             return User(name=f"system:node:{instance or 'unknown'}", groups=("system:nodes", AUTHENTICATED))

@@ -43,11 +43,12 @@ from kubemesh.apiserver.controlplane import ControlPlanePods
 from kubemesh.apiserver.discovery import GIT_VERSION, Discovery
 from kubemesh.apiserver.establishing import Establishing
 from kubemesh.apiserver.history import WRITER, History, Seen
+from kubemesh.apiserver.nodeauth import NodeAuthorizer, NodeRestriction
 from kubemesh.apiserver.openapi import OpenApi
-from kubemesh.apiserver.rbac import Authorizer, EscalationCheck
+from kubemesh.apiserver.rbac import Authorizer, EscalationCheck, Rule
 from kubemesh.apiserver.registry import Registry
 from kubemesh.apiserver.serviceips import ServiceIPs
-from kubemesh.apiserver.serving import Targets
+from kubemesh.apiserver.serving import RequestCheck, Targets
 from kubemesh.apiserver.settings import ServerSettings
 from kubemesh.apiserver.storage import Backend, EventType, LogBackend, MemoryBackend, Store, StoreWriteError
 from kubemesh.apiserver.watching import Item, Watcher, WatchHub
@@ -123,6 +124,8 @@ class ApiserverCore:
     """Who a request comes from: the admin token, ServiceAccount tokens (`kubemesh.apiserver.authn`)."""
     authorizer: Authorizer
     """What a user may do: RBAC (`kubemesh.apiserver.rbac`)."""
+    request_checks: list[RequestCheck] = field(default_factory=list)
+    """Admission of the requests that carry no new object (a node deleting or evicting a pod)."""
     interceptors: list[Interceptor] = field(default_factory=list)
     """Request interceptors, outermost first (chaos adds its own)."""
 
@@ -157,13 +160,17 @@ def assemble(settings: ServerSettings) -> ApiserverCore:
     hub = WatchHub(store=store, now=clock.now, settings=settings.watch, table_row=table_row)
     store.subscribe(hub.publish)  # publisher 1
     store.subscribe(_write_recorder(history))  # publisher 2
-    authorizer = Authorizer(store=store, enabled=settings.authorization_mode == "RBAC")  # publisher 3
+    nodes = NodeAuthorizer(store=store, rules=[Rule.of(r) for r in rbacdefaults.node_rules()])
+    authorizer = Authorizer(store=store, enabled=settings.authorization_mode == "RBAC", first=nodes)  # publisher 3
     if settings.history_deliveries:
         hub.on_deliver = _delivery_recorder(history)
     # The registry creates the initial namespaces: after the publishers, so that they are watched.
     rng = random.Random(settings.seed) if settings.seed is not None else random.Random()
     registry = Registry(store=store, clock=clock, rng=rng, kinds=kinds, tolerations=settings.tolerations)
     registry.hooks.append(EscalationCheck(authorizer))
+    restriction = NodeRestriction(store=store)
+    if authorizer.enabled:
+        registry.hooks.append(restriction)
     rbacdefaults.install(registry=registry)
     # CRDs are served from the write path; stored ones are served again before any request.
     establishing = Establishing(registry=registry, kinds=kinds, hub=hub)
@@ -187,8 +194,11 @@ def assemble(settings: ServerSettings) -> ApiserverCore:
                                            record=functools.partial(history.append, "webhook")),
                          authenticator=Authenticator(store=store, clock=clock, key=load_key(settings.data_dir),
                                                      admin_token=settings.token,
-                                                     component_identities=settings.component_identities),
-                         authorizer=authorizer)
+                                                     component_identities=settings.component_identities,
+                                                     anonymous=settings.anonymous_auth,
+                                                     controller_account=rbacdefaults.controller_account),
+                         authorizer=authorizer,
+                         request_checks=[restriction.admit_request] if authorizer.enabled else [])
 
 
 def _at_start(step: str, run: Callable[[], object]) -> None:

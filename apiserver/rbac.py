@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from kubemesh.apiserver import errors
 from kubemesh.apiserver.storage import EventType, Store
@@ -97,9 +97,9 @@ class Attributes:
         where = f'in the namespace "{self.namespace}"' if self.namespace else "at the cluster scope"
         return f'User "{user}" cannot {self.verb} resource "{res}" in API group "{self.group}" {where}'
 
-    def forbidden(self, user: str, *, kind: Kind | None = None) -> errors.StatusError:
-        """The 403 upstream answers: `pods "x" is forbidden: User ... cannot ...`."""
-        sentence = self.forbidden_message(user)
+    def forbidden(self, user: str, *, kind: Kind | None = None, reason: str = "") -> errors.StatusError:
+        """The 403 upstream answers: `pods "x" is forbidden: User ... cannot ...[: reason]`."""
+        sentence = self.forbidden_message(user) + (f": {reason}" if reason else "")
         if not self.resource_request:
             return errors.StatusError(403, "Forbidden", f"forbidden: {sentence}", details={})
         qualified = f"{self.resource}.{self.group}" if self.group else self.resource
@@ -242,12 +242,26 @@ class _Index:
     """(namespace, subject kind, subject name) -> [(binding name, role kind, role name)]."""
 
 
+class FirstOpinion(Protocol):
+    """An authorizer asked before RBAC (upstream's authorizer chain, e.g. `Node,RBAC`)."""
+
+    def opinion(self, user: User, a: Attributes) -> tuple[bool, str] | None:
+        """(allowed, reason when not) for the users it decides for; None: no opinion, RBAC decides.
+
+        A refusal is not final either: RBAC may still allow (upstream's chain asks the next
+        authorizer after a no-opinion); the reason is kept for the 403 when RBAC refuses too.
+        """
+        ...
+
+
 class Authorizer:
     """The RBAC authorizer over one store (see the module docstring)."""
 
-    def __init__(self, *, store: Store, enabled: bool = True) -> None:
+    def __init__(self, *, store: Store, enabled: bool = True, first: FirstOpinion | None = None) -> None:
         self.store = store
         self.enabled = enabled
+        self.first = first
+        """Asked before RBAC for every request (the node authorizer); its answers are never cached."""
         """False: every authenticated user may do everything (`--authorization-mode=AlwaysAllow`)."""
         self.revision = 0
         self._index: _Index | None = None
@@ -372,6 +386,10 @@ class Authorizer:
         """Whether `user` may do `a`."""
         if not self.enabled or MASTERS in user.groups:
             return True
+        if self.first is not None:
+            said = self.first.opinion(user, a)
+            if said is not None and said[0]:
+                return True
         key = (user.name, user.groups, a)
         got = self._decisions.get(key)
         if got is None:
@@ -385,15 +403,23 @@ class Authorizer:
         """Whether `user` may do `a`, and why (upstream's `RBAC: allowed by ...`; "" when denied)."""
         if not self.enabled or MASTERS in user.groups:
             return True, ""
+        said = self.first.opinion(user, a) if self.first is not None else None
+        if said is not None and said[0]:
+            return True, ""
         for g in self.grants(user, a.namespace):
             if g.rule.allows(a):
                 return True, f"RBAC: allowed by {g.reason}"
-        return False, ""
+        return False, said[1] if said is not None else ""
 
     def check(self, user: User, a: Attributes, *, kind: Kind | None = None) -> None:
-        """Raise upstream's 403 unless `user` may do `a`."""
+        """Raise upstream's 403 unless `user` may do `a` (with the first authorizer's reason, if it gave one)."""
         if not self.allowed(user, a):
-            raise a.forbidden(user.name, kind=kind)
+            raise self.refusal(user, a, kind=kind)
+
+    def refusal(self, user: User, a: Attributes, *, kind: Kind | None = None) -> errors.StatusError:
+        """The 403 for a request `allowed` refused."""
+        said = self.first.opinion(user, a) if self.first is not None else None
+        return a.forbidden(user.name, kind=kind, reason=said[1] if said is not None else "")
 
     def rules_of(self, user: User, namespace: str) -> list[Rule]:
         """What a SelfSubjectRulesReview lists (everything for system:masters)."""

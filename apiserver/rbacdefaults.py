@@ -88,10 +88,12 @@ def _role(name: str, rules: list[Obj], *, labels: dict[str, str] | None = None,
 
 
 def _binding(name: str, role: str, subjects: list[Obj]) -> Obj:
-    return {"metadata": {"name": name, "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
-                         "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": subjects}
+    out: Obj = {"metadata": {"name": name, "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
+                             "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}}
+    if subjects:
+        out["subjects"] = subjects
+    return out
 
 
 def _group(name: str) -> Obj:
@@ -100,6 +102,94 @@ def _group(name: str) -> Obj:
 
 def _user(name: str) -> Obj:
     return {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": name}
+
+
+_EVENTS: Final = _r(["", "events.k8s.io"], ["events"], ["create", "patch", "update"])
+_PODS_MANAGED: Final = _r([""], ["pods"], ["create", "delete", "list", "patch", "watch"])
+
+CONTROLLER_ACCOUNTS: Final[dict[str, tuple[str, list[Obj]]]] = {
+    # controller (`--controllers` name) -> (its ServiceAccount in kube-system, its
+    # system:controller:<account> rules), as upstream's controller roles grant them for what
+    # kubemesh's controllers do; reads come from the controller-manager's shared informers
+    "node-lifecycle": ("node-controller", [
+        _r([""], ["nodes"], ["delete", "get", "list", "patch", "update"]),
+        _r([""], ["nodes/status"], ["patch", "update"]),
+        _r([""], ["pods/status"], ["patch", "update"]),
+        _r([""], ["pods"], ["delete", "list"]), _EVENTS]),
+    "taint-eviction": ("taint-eviction-controller", [
+        _r([""], ["pods"], ["delete", "get", "list", "watch"]),
+        _r([""], ["pods/status"], ["patch", "update"]), _EVENTS]),
+    "replicaset": ("replicaset-controller", [
+        _r(["apps", "extensions"], ["replicasets"], ["get", "list", "update", "watch"]),
+        _r(["apps", "extensions"], ["replicasets/status", "replicasets/finalizers"], ["update"]),
+        _PODS_MANAGED, _EVENTS]),
+    "replicationcontroller": ("replication-controller", [
+        _r([""], ["replicationcontrollers"], ["get", "list", "update", "watch"]),
+        _r([""], ["replicationcontrollers/status", "replicationcontrollers/finalizers"], ["update"]),
+        _PODS_MANAGED, _EVENTS]),
+    "deployment": ("deployment-controller", [
+        _r(["apps", "extensions"], ["deployments"], ["get", "list", "patch", "update", "watch"]),
+        _r(["apps", "extensions"], ["deployments/status", "deployments/finalizers"], ["update"]),
+        _r(["apps", "extensions"], ["replicasets"], ["create", "delete", "get", "list", "patch", "update", "watch"]),
+        _r([""], ["pods"], ["get", "list", "update", "watch"]), _EVENTS]),
+    "garbage-collector": ("generic-garbage-collector", [_r(["*"], ["*"], ["delete", "get", "list", "patch",
+                                                                        "update", "watch"])]),
+    "podgc": ("pod-garbage-collector", [
+        _r([""], ["pods"], ["delete", "list", "watch"]),
+        _r([""], ["pods/status"], ["patch", "update"]),
+        _r([""], ["nodes"], ["get", "list", "watch"])]),
+    "daemonset": ("daemon-set-controller", [
+        _r(["apps", "extensions"], ["daemonsets"], ["get", "list", "watch"]),
+        _r(["apps", "extensions"], ["daemonsets/status", "daemonsets/finalizers"], ["update"]),
+        _r([""], ["nodes"], ["list", "watch"]), _PODS_MANAGED,
+        _r([""], ["pods/binding"], ["create"]),
+        _r(["apps"], ["controllerrevisions"], ["create", "delete", "get", "list", "patch", "update", "watch"]),
+        _EVENTS]),
+    "namespace": ("namespace-controller", [
+        _r([""], ["namespaces"], ["delete", "get", "list", "watch"]),
+        _r([""], ["namespaces/finalize", "namespaces/status"], ["update"]),
+        _r(["*"], ["*"], ["delete", "deletecollection", "get", "list"])]),
+    "job": ("job-controller", [
+        _r(["batch"], ["jobs"], ["get", "list", "patch", "update", "watch"]),
+        _r(["batch"], ["jobs/status", "jobs/finalizers"], ["update"]),
+        _PODS_MANAGED, _EVENTS]),
+    "cronjob": ("cronjob-controller", [
+        _r(["batch"], ["cronjobs"], ["get", "list", "update", "watch"]),
+        _r(["batch"], ["jobs"], ["create", "delete", "get", "list", "patch", "update", "watch"]),
+        _r(["batch"], ["cronjobs/status", "cronjobs/finalizers"], ["update"]),
+        _r([""], ["pods"], ["delete", "list"]), _EVENTS]),
+    "ttl-after-finished": ("ttl-after-finished-controller", [
+        _r(["batch"], ["jobs"], ["delete", "get", "list", "watch"]), _EVENTS]),
+    "statefulset": ("statefulset-controller", [
+        _r([""], ["pods"], ["create", "delete", "get", "list", "patch", "update", "watch"]),
+        _r(["apps"], ["statefulsets"], ["get", "list", "watch"]),
+        _r(["apps"], ["statefulsets/status", "statefulsets/finalizers"], ["update"]),
+        _r([""], ["persistentvolumeclaims"], ["create", "get", "patch", "update"]),
+        _r(["apps"], ["controllerrevisions"], ["create", "delete", "get", "list", "patch", "update", "watch"]),
+        _EVENTS]),
+    "endpoint": ("endpoint-controller", [
+        _r([""], ["services", "pods"], ["get", "list", "watch"]),
+        _r([""], ["endpoints"], ["create", "delete", "get", "list", "update"]),
+        _r([""], ["endpoints/restricted"], ["create"]), _EVENTS]),
+    "endpointslice": ("endpointslice-controller", [
+        _r([""], ["services", "pods", "nodes"], ["get", "list", "watch"]),
+        _r([""], ["services/finalizers"], ["update"]),
+        _r(["discovery.k8s.io"], ["endpointslices"], ["create", "delete", "get", "list", "update"]), _EVENTS]),
+    "clusterrole-aggregation": ("clusterrole-aggregation-controller", [
+        _r(["rbac.authorization.k8s.io"], ["clusterroles"], ["escalate", "get", "list", "patch", "update",
+                                                                "watch"])]),
+}
+"""Every controller's ServiceAccount and rules (`controller_account`)."""
+
+
+def controller_account(controller: str) -> str:
+    """The kube-system ServiceAccount a controller acts as (`<name>-controller` for one not in the table)."""
+    entry = CONTROLLER_ACCOUNTS.get(controller)
+    return entry[0] if entry is not None else f"{controller}-controller"
+
+
+def _sa(name: str) -> Obj:
+    return {"kind": "ServiceAccount", "name": name, "namespace": "kube-system"}
 
 
 def cluster_roles() -> list[Obj]:
@@ -157,7 +247,7 @@ def cluster_roles() -> list[Obj]:
             _r(["*"], ["*"], ["list", "watch"]),
             _r([""], ["serviceaccounts/token"], ["create"]),
         ]),
-        _role("kubemesh:controllers", _CONTROLLERS),
+        *(_role(f"system:controller:{account}", rules) for account, rules in CONTROLLER_ACCOUNTS.values()),
         _role("kubemesh:component", [_u(["/kubemesh/*", "/clock"], ["get", "post", "put", "patch", "delete"])]),
         _role("system:node", [
             _r(["authentication.k8s.io"], ["tokenreviews"], ["create"]),
@@ -179,19 +269,6 @@ def cluster_roles() -> list[Obj]:
     ]
 
 
-_CONTROLLERS: Final = [
-    # what the built-in controllers write, beside the system:kube-controller-manager role: upstream
-    # runs each controller as its own ServiceAccount (system:controller:*); kubemesh's run as one user,
-    # with the union (the garbage collector and the namespace controller delete and patch anything)
-    _r(["*"], ["*"], ["delete", "deletecollection", "get", "list", "patch", "update", "watch"]),
-    _r(["", "apps", "batch", "discovery.k8s.io", "coordination.k8s.io", "events.k8s.io"],
-       ["pods", "replicasets", "controllerrevisions", "jobs", "endpoints", "endpointslices", "events", "leases",
-        "configmaps", "serviceaccounts", "secrets", "persistentvolumeclaims"], ["create"]),
-    _r(["", "apps", "batch", "policy", "autoscaling"], ["*/status", "*/scale", "*/finalize"], ["patch", "update"]),
-    _r([""], ["pods/eviction", "pods/binding", "bindings"], ["create"]),
-]
-
-
 def cluster_role_bindings() -> list[Obj]:
     """The bootstrap ClusterRoleBindings."""
     return [
@@ -203,13 +280,20 @@ def cluster_role_bindings() -> list[Obj]:
         _binding("system:kube-scheduler", "system:kube-scheduler", [_user("system:kube-scheduler")]),
         _binding("system:kube-controller-manager", "system:kube-controller-manager",
                  [_user("system:kube-controller-manager")]),
-        # upstream leaves system:node unbound (the node authorizer decides); kubemesh binds it to the nodes' group
-        _binding("system:node", "system:node", [_group("system:nodes")]),
-        _binding("kubemesh:controllers", "kubemesh:controllers", [_user("system:kube-controller-manager")]),
+        # as upstream since 1.8: bound to nobody; the node authorizer (`kubemesh.apiserver.nodeauth`)
+        # grants nodes the role's rules, narrowed to what each node's pods refer to
+        _binding("system:node", "system:node", []),
+        *(_binding(f"system:controller:{account}", f"system:controller:{account}", [_sa(account)])
+          for account, _ in CONTROLLER_ACCOUNTS.values()),
         # the mesh's own endpoints: announcing an admin endpoint, reading the cluster clock
         _binding("kubemesh:component", "kubemesh:component", [
             _user("system:kube-scheduler"), _user("system:kube-controller-manager"), _group("system:nodes")]),
     ]
+
+
+def node_rules() -> list[Obj]:
+    """The `system:node` role's rules: the node authorizer's fixed rules."""
+    return next(list(r["rules"]) for r in cluster_roles() if r["metadata"]["name"] == "system:node")
 
 
 def install(*, registry: Registry) -> None:

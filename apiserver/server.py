@@ -77,7 +77,7 @@ def build_app(core: ApiserverCore) -> web.Application:
     webhooks = core.webhooks
     api = Api(registry=core.registry, hub=hub, targets=core.targets, discovery=core.discovery, openapi=core.openapi,
               admitting=Admitting(registry=core.registry, webhooks=webhooks), authenticator=core.authenticator,
-              authorizer=core.authorizer)
+              authorizer=core.authorizer, request_checks=core.request_checks)
     pod_streams = PodStreams(registry=core.registry, kubelet_of=core.components.kubelet_of, token=settings.token)
     api.pod_streams.update(pod_streams.handlers())
     authenticator, authorizer = core.authenticator, core.authorizer
@@ -94,7 +94,8 @@ def build_app(core: ApiserverCore) -> web.Application:
             if request.path not in OPEN_PATHS:
                 user = authenticator.authenticate(request.headers.get("Authorization", ""),
                                                   component=request.headers.get("X-Kubemesh-Component"),
-                                                  instance=request.headers.get("X-Kubemesh-Instance"))
+                                                  instance=request.headers.get("X-Kubemesh-Instance"),
+                                                  controller=request.headers.get("X-Kubemesh-Controller"))
                 if user is None:
                     raise errors.StatusError(401, "Unauthorized", "Unauthorized")
                 if "Impersonate-User" in request.headers or "Impersonate-Group" in request.headers:

@@ -18,7 +18,7 @@ import math
 import re
 import uuid
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -98,12 +98,16 @@ DENIED: Final = web.RequestKey("kubemesh_denied", bool)
 """Set when the authorizer refused the request (its 403 is RBAC's, not another one)."""
 
 
+RequestCheck = Callable[[User | None, Attributes], None]
+"""Admission of a request that carries no new object (a node deleting a pod): raise a StatusError to refuse."""
+
+
 def authorize(request: web.Request, authorizer: Authorizer, user: User, what: Attributes) -> None:
     """Check `what` for `user`; remember it (and a denial) on the request for the history."""
     request[WHAT] = what
     if not authorizer.allowed(user, what):
         request[DENIED] = True
-        raise what.forbidden(user.name)
+        raise authorizer.refusal(user, what)
 
 
 def attributes_record(what: Attributes | None, *, denied: bool) -> dict[str, Any] | None:
@@ -647,8 +651,10 @@ class Api:
 
     def __init__(self, *, registry: Registry, hub: WatchHub, targets: Targets, discovery: Discovery,
                  openapi: OpenApi, admitting: Admitting | None = None, authenticator: Authenticator | None = None,
-                 authorizer: Authorizer | None = None) -> None:
+                 authorizer: Authorizer | None = None, request_checks: Sequence[RequestCheck] = ()) -> None:
         self.registry = registry
+        self.request_checks = tuple(request_checks)
+        """Run after authorization on every resource request (`RequestCheck`)."""
         self.authenticator = authenticator
         """Issues ServiceAccount tokens (`serviceaccounts/<name>/token`)."""
         self.authorizer = authorizer
@@ -758,6 +764,8 @@ class Api:
             what = _attributes(request, target, "create" if method == "POST" else verb)
             ASKED.set(what)  # this request's task only: each is served in a context of its own
             authorize(request, self.authorizer, user, what)
+            for check in self.request_checks:
+                check(user, what)
         if target.sub is None and verb not in target.kind.verbs:
             raise errors.method_not_allowed(f"{verb} is not supported on {target.kind.resource}")
         if target.name is None:

@@ -41,13 +41,16 @@ class ServerSettings:
     chaos_forward_timeout: float = 5.0
     """Wall seconds a fault forwarded to a kubelet or component may take before its outcome is `info`."""
     gc: GcSettings = field(default_factory=GcSettings)
+    """How the process keeps the cyclic collector's pauses short (kubemesh.services.process.gctuning)."""
     authorization_mode: str = "RBAC"
     """`--authorization-mode`: `RBAC` (upstream's authorizer over Roles and bindings; `system:masters`
     may do everything) or `AlwaysAllow` (every authenticated user may do everything)."""
-    component_identities: bool = False
-    """`--component-identities`: kubemesh's components act as their own users (system:kube-scheduler,
-    system:kube-controller-manager, system:node:<name>) under their bootstrap roles, not as the admin."""
-    """How the process keeps the cyclic collector's pauses short (kubemesh.services.process.gctuning)."""
+    component_identities: bool = True
+    """`--component-identities` (default; `--no-component-identities` turns it off): kubemesh's components
+    act as their own users (system:kube-scheduler, system:kube-controller-manager, system:node:<name>)
+    under their bootstrap roles and the node authorizer, not as the admin."""
+    anonymous_auth: bool = False
+    """`--anonymous-auth`: requests without a token are `system:anonymous` (RBAC decides) rather than 401."""
     service_cluster_ip_range: str = "10.96.0.0/12"
     """`--service-cluster-ip-range`: Services' cluster IPs; its first address is the `kubernetes` Service's."""
     service_node_port_range: str = "30000-32767"

@@ -93,6 +93,9 @@ class Attributes:
     old: Obj | None = None
     dry_run: bool = False
     user: str = "kubemesh-admin"
+    user_info: Obj | None = None
+    """The request's `userInfo` (username, uid, groups, extra) as authentication found it; None: `user`
+    as a member of system:masters (the apiserver's own writes)."""
     options: Obj = field(default_factory=dict)
 
 
@@ -393,7 +396,8 @@ def _request(uid: str, attrs: Attributes) -> Obj:
     gvr = {"group": kind.group, "version": kind.version, "resource": kind.plural}
     request: Obj = {"uid": uid, "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
                     "name": attrs.name, "operation": attrs.operation,
-                    "userInfo": {"username": attrs.user, "groups": ["system:masters", "system:authenticated"]},
+                    "userInfo": attrs.user_info or {"username": attrs.user,
+                                                    "groups": ["system:masters", "system:authenticated"]},
                     "object": attrs.obj, "oldObject": attrs.old, "dryRun": attrs.dry_run,
                     "options": attrs.options or None}
     if attrs.subresource:

@@ -16,6 +16,7 @@ clock afresh ("assuming now"), as upstream.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,7 +108,10 @@ class ControllerManager:
         ctx = ControllerContext(api=self.client, clock=self.clock, rng=self.rng, settings=self.settings,
                                 bugs=self.bugs, points=self.points, recorder=self.recorder,
                                 informers=self.informers, queues=self.queues)
-        self.running = {spec.name: spec.start(ctx) for spec in self.specs}
+        # Each controller writes as itself (its own ServiceAccount, when the apiserver maps
+        # identities); the shared informers read as the controller-manager.
+        self.running = {spec.name: spec.start(dataclasses.replace(ctx, api=self.client.acting_for(spec.name)))
+                        for spec in self.specs}
         _log.info("controllers started", controllers=list(self.running), bugs=sorted(self.bugs),
                   profile=self.settings.profile, grace=self.settings.node_lifecycle.node_monitor_grace_period)
         try:

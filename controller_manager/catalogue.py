@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Final
 
 from kubemesh.controller_manager import (
+    clusterroleaggregation,
     cronjob,
     daemonset,
     deployment,
@@ -42,6 +43,7 @@ CONTROLLERS: Final[tuple[ControllerSpec, ...]] = (
     statefulset.CONTROLLER,
     endpoints.CONTROLLER,
     endpointslices.CONTROLLER,
+    clusterroleaggregation.CONTROLLER,
 )
 
 ALL_CONTROLLERS: Final[tuple[str, ...]] = tuple(spec.name for spec in CONTROLLERS)

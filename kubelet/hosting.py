@@ -78,11 +78,13 @@ class KubeletHost:
         if s.pod_watch == "shared":
             self.shared = SharedPodWatch(client=self._client(instance=self.instance, rng=self.rng),
                                          clock=self.clock, rng=random.Random(self.rng.getrandbits(64)))
+        readers: dict[str, ApiClient] = {}
         if s.runtime != "emulated":
-            reader = self._client(instance=self.instance, rng=self.rng)
+            fallback = self._client(instance=self.instance, rng=self.rng)
 
-            async def get(kind: Kind, namespace: str, name: str) -> Obj:
-                return await reader.get(kind, name, namespace=namespace)
+            async def get(kind: Kind, namespace: str, name: str, node: str) -> Obj:
+                # as the pod's node: the node authorizer lets it read what that node's pods refer to
+                return await readers.get(node, fallback).get(kind, name, namespace=namespace)
 
             base = Path(s.runtime_dir) if s.runtime_dir else Path(tempfile.gettempdir()) / "kubemesh-pods"
             self.processes = ProcessRuntime(root=base / self.instance, clock=self.clock, getter=get, mode=s.runtime,
@@ -96,6 +98,7 @@ class KubeletHost:
             heartbeat = self._client(instance=name, timeout=hb_timeout, retry=RetrySettings(max_attempts=1),
                                      rng=node_rng)
             pods = self._client(instance=name, rng=node_rng)
+            readers[name] = pods
             source: PodSource = self.shared.for_node(name) if self.shared is not None else \
                 NodePodWatch(client=pods, node=name, clock=self.clock, rng=node_rng)
             self.nodes[name] = EmulatedNode(

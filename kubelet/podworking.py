@@ -43,7 +43,7 @@ from kubemesh.kubelet.pressure import eviction_message, pressure_rejection, rank
 from kubemesh.kubelet.processes import PodProcesses, ProcessRuntime
 from kubemesh.kubelet.resources import Resources, admit, pod_requests
 from kubemesh.kubelet.settings import KubeletSettings
-from kubemesh.services.machinery.client import ConflictError, NotFoundError, PatchType
+from kubemesh.services.machinery.client import ConflictError, ForbiddenError, NotFoundError, PatchType
 from kubemesh.services.machinery.clock import Clock
 from kubemesh.services.machinery.queueing import Result, WorkQueue
 from kubemesh.services.model.kinds import PODS, Kind, Obj, name_of, namespace_of, uid_of
@@ -294,14 +294,15 @@ class PodWorker:
             await self.api.patch(PODS, name_of(pod), body, namespace=namespace_of(pod),
                                  patch_type="strategic", subresource="status")
             self.writes += 1
-        except (NotFoundError, ConflictError) as exc:
-            # Gone, or the name now belongs to another uid: the informer will tell.
+        except (NotFoundError, ConflictError, ForbiddenError) as exc:
+            # Gone, or the name now belongs to another uid, or (NodeRestriction) it is bound to
+            # another node now: the informer will tell.
             log.bind(node=self.node).info("pod status not written", pod=f"{namespace_of(pod)}/{name_of(pod)}",
                            error=str(exc))
 
     async def _final_delete(self, pod: Obj) -> None:
         # NotFound: already gone. Conflict: the name now belongs to another pod, not ours to delete.
-        with contextlib.suppress(NotFoundError, ConflictError):
+        with contextlib.suppress(NotFoundError, ConflictError, ForbiddenError):
             await self.api.delete(PODS, name_of(pod), namespace=namespace_of(pod), grace_period_seconds=0,
                                   preconditions={"uid": uid_of(pod)})
 

@@ -76,8 +76,9 @@ RUNTIME_ANNOTATION: Final = "kubemesh.io/runtime"
 
 RuntimeMode = Literal["emulated", "process", "opt-in"]
 
-Getter = Callable[[Kind, str, str], Awaitable[Obj]]
-"""GET one namespaced object: (kind, namespace, name)."""
+Getter = Callable[[Kind, str, str, str], Awaitable[Obj]]
+"""GET one namespaced object: (kind, namespace, name, node). The node is the pod's: the request goes
+out as that node's kubelet, which the node authorizer lets read only what its pods refer to."""
 
 Exit = tuple[int, float, str, str | None]
 """(exit code, cluster time, reason, message) of a finished run."""
@@ -378,8 +379,9 @@ class PodProcesses:
 
     async def _get(self, kind: Kind, name: str, *, optional: bool) -> Obj | None:
         ns = str((self.pod.get("metadata") or {}).get("namespace", ""))
+        node = str((self.pod.get("spec") or {}).get("nodeName") or "")
         try:
-            return await self.runtime.getter(kind, ns, name)
+            return await self.runtime.getter(kind, ns, name, node)
         except Exception as exc:  # NotFound or unreachable: optional sources are skipped
             if optional:
                 return None

@@ -7,6 +7,9 @@ runner (`scenarios.running`) starts a fresh mesh per run, switches the scenario'
 mode) or leaves them off (fixed mode), runs it, collects the apiserver's history and writes a
 report (`verdict.txt`, `history.jsonl`, `timeline.html`, `run.json`). The catalog
 (`scenarios.catalog`) holds one module per scenario; `scenarios.main` runs them all.
+`scenarios.verifying` checks that an oracle proves its own path: the bug switch on and off
+times the scenario's faults on and off, and an oracle that reads its window from the history
+says inconclusive when the faults were skipped.
 
 This package sits above `services` and the components' public HTTP surfaces; no component
 imports it.

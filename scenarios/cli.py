@@ -1,6 +1,7 @@
-"""`kubemesh scenario list|run`: the historic races, run on a fresh mesh in buggy and fixed mode.
+"""`kubemesh scenario list|run|verify`: the historic races, run on a fresh mesh in buggy and fixed mode.
 
     kubemesh scenario list [--json]
+    kubemesh scenario verify NAME [--seed S] [--clock-rate R] [--report-dir DIR] [--json]
     kubemesh scenario run NAME [--mode buggy|fixed|both] [--repeat N] [--seed S] [--profile P]
                                [--clock-rate R] [--report-dir DIR] [--json]
     kubemesh scenario run NAME --mode buggy|fixed --attach KUBECONFIG|DIR|URL [--context C]
@@ -13,6 +14,14 @@ buggy mode, prevented in fixed mode), 1 otherwise. `--json` prints one object pe
 `{"scenario", "mode", "seed", "outcome", "wall_s", "cluster_s", "report", "bugs", "profile"}`.
 Each scenario runs as its seed's release (`Scenario.profile`); `--profile current` runs it as
 today's release instead.
+
+`verify` checks that a scenario's oracle proves its own path: four runs on fresh meshes, the
+bug switch on and off times the scenario's faults on and off, and a table of their outcomes
+(`kubemesh.scenarios.verifying`). Sound: reproduced with the switch on and the faults on,
+prevented with the switch off and the faults on, inconclusive with the faults off (the race
+window was not opened), unless the scenario's workload opens the window by itself. Exit status
+0 iff sound. With `--json` the last line printed is one JSON object:
+`{"scenario": str, "cells": [{"switch": bool, "faults": bool, "outcome": str}], "sound": bool}`.
 
 With `--attach`, every run uses a mesh that is already running (the compose stack: its
 kubeconfig is `.kubemesh/compose/kubeconfig`) instead of a fresh one, and leaves it running:
@@ -33,7 +42,7 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
-from kubemesh.scenarios import attached, running
+from kubemesh.scenarios import attached, running, verifying
 from kubemesh.scenarios.framework import MODES, Mode
 from kubemesh.services.mesh.endpoint import EndpointError
 from kubemesh.services.model import profiles
@@ -59,6 +68,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--profile", choices=profiles.PROFILES, default=None,
                      help="run fresh meshes as this release instead of the scenario's own (`current`: today's "
                           "defaults, to show the difference; see `kubemesh profiles`)")
+    ver = sub.add_parser("verify", help="run a scenario's four cells (switch on/off x faults on/off): is it sound?")
+    ver.add_argument("name", help="scenario name (see `kubemesh scenario list`)")
+    ver.add_argument("--seed", type=int, default=None, help="the seed of every cell (default: random)")
+    ver.add_argument("--clock-rate", type=positive_float, default=None,
+                     help="cluster seconds per wall second (default: the scenario's, usually 60)")
+    ver.add_argument("--report-dir", type=Path, default=None,
+                     help="where the reports go (default: ./kubemesh-reports/<timestamp>)")
+    ver.add_argument("--json", action="store_true",
+                     help='print {"scenario", "cells": [{"switch", "faults", "outcome"}], "sound"} as the last line')
     g = run.add_argument_group("attached runs (an existing mesh: nothing is started or torn down)")
     g.add_argument("--attach", metavar="KUBECONFIG|DIR|URL", default=None,
                    help="run against this running mesh: a kubeconfig (the compose stack's is "
@@ -75,12 +93,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> Any:
-    """Dispatch `list` or `run`."""
+    """Dispatch `list`, `run` or `verify`."""
     if args.scenario_command == "list":
         return _list(args)
     if args.report_dir is None:
         args.report_dir = running.default_report_dir()
     args.report_dir = Path(args.report_dir).absolute()
+    if args.scenario_command == "verify":
+        return _verify(args)
     return _run(args)
 
 
@@ -90,7 +110,7 @@ def _list(args: argparse.Namespace) -> int:
         for s in scenarios.values():
             print(json.dumps({"name": s.name, "summary": s.summary, "upstream": list(s.upstream),
                               "bugs": list(s.bugs), "eraBugs": list(s.era_bugs), "needsChaos": s.needs_chaos,
-                              "profile": s.profile}))
+                              "windowNeedsFaults": s.window_needs_faults, "profile": s.profile}))
         return 0
     width = max(len(n) for n in scenarios)
     for s in scenarios.values():
@@ -166,5 +186,31 @@ async def _run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-COMMAND = Command(name="scenario", help="run the historic races in buggy and fixed mode, with reports",
+async def _verify(args: argparse.Namespace) -> int:
+    scenarios = running.catalog()
+    if args.name not in scenarios:
+        print(f"unknown scenario {args.name!r}; known: {', '.join(scenarios)}", file=sys.stderr)
+        return 2
+    scenario = scenarios[args.name]
+    seed = running.seeds(args.seed, 1)[0]
+    print(f"verify {scenario.name}, seed {seed}: switch on/off x faults on/off, a fresh mesh each", flush=True)
+
+    def on_cell(c: verifying.Cell) -> None:
+        mark = "ok  " if c.ok else "FAIL"
+        print(f"[{mark}] switch {'on ' if c.switch else 'off'} faults {'on ' if c.faults else 'off'}: {c.outcome} "
+              f"(sound: {c.expected})\n       {c.summary}\n       report: {c.report}", flush=True)
+
+    result = await verifying.verify_scenario(scenario, seed=seed, report_dir=args.report_dir,
+                                             clock_rate=args.clock_rate, on_cell=on_cell)
+    print()
+    for line in result.table():
+        print(line)
+    print(f"reports: {args.report_dir}", flush=True)
+    if args.json:
+        print(json.dumps(result.public()), flush=True)
+    return 0 if result.sound else 1
+
+
+COMMAND = Command(name="scenario", help="run the historic races in buggy and fixed mode, with reports, and verify "
+                                        "their oracles",
                   description=__doc__, configure=configure, run=run)

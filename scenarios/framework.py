@@ -21,6 +21,14 @@ its objects in `ctx.namespace` and registers an undo (`ctx.defer`) for every cha
 it, which the runner plays back (`ctx.cleanup()`), so that it can run again on the same mesh.
 Node power goes through the kubelet's admin endpoint or, where that is not reachable (the
 stack publishes only the apiserver), through the chaos front door (`node_access`).
+
+Faults off (`ScenarioContext(faults=False)`, what `kubemesh scenario verify` runs besides the
+normal runs): every injection made through the context (`add_fault`/`fault`, `power_off`/
+`power_on`, `set_condition`/`clear_condition`, and every kubelet admin operation other than a
+GET, such as the zombie toggle or a container kill) is recorded in `ctx.skipped` and in the steps,
+and does nothing; the scenario still runs its workload and its oracle. An oracle that reads its
+evidence from the history then finds that the race window never opened and says inconclusive;
+no scenario needs code of its own for this.
 """
 
 from __future__ import annotations
@@ -118,6 +126,11 @@ class Scenario(ABC):
     era_bugs: ClassVar[tuple[str, ...]] = ()
     """Switches on in both modes: the release the race is shown in (e.g. the 1.8 affinity code that
     surfaces the error the fix under test reacts to). Empty: fixed mode is today's code."""
+    window_needs_faults: ClassVar[bool] = True
+    """Whether the race window opens only with the scenario's faults (chaos, power-offs,
+    condition overrides). False for a scenario whose workload alone opens it: then a run with
+    faults off must give the same outcome as with faults on (`kubemesh scenario verify`);
+    the scenario's docstring says why."""
     needs_chaos: ClassVar[bool] = False
     """Whether the scenario needs the chaos front door (`/chaos/v1/faults`)."""
     shape: ClassVar[MeshShape] = MeshShape()
@@ -163,7 +176,7 @@ class ScenarioContext:
 
     def __init__(self, *, mesh: MeshEndpoint, client: ApiClient, chaos: Chaos, clock: ClusterClock, mode: Mode,
                  seed: int, log: Callable[[str], None] | None = None, namespace: str = "default",
-                 history_since: int = 0, node_access: NodeAccess = "admin") -> None:
+                 history_since: int = 0, node_access: NodeAccess = "admin", faults: bool = True) -> None:
         self.mesh = mesh
         """How to reach the mesh (its history, its components' admin endpoints, its kubelets)."""
         self.client = client
@@ -190,6 +203,12 @@ class ScenarioContext:
         """How nodes are powered off and on (resolved on first use when "auto")."""
         self._undo: dict[str, Callable[[], Awaitable[object]]] = {}
         self._power_faults: dict[str, str] = {}
+        self.faults = faults
+        """Whether injections happen (False: they are recorded in `skipped` and do nothing)."""
+        self.skipped: list[str] = []
+        """The injections not made because faults are off, in words, in order."""
+        self._skipped_faults: set[str] = set()
+        self._skipped_power: set[str] = set()
 
     # -- time ---------------------------------------------------------------------------------
 
@@ -253,6 +272,12 @@ class ScenarioContext:
         """Show these objects (`pods`, `default/web-0`) on the timeline."""
         for k in keys:
             self.focus_keys.add((resource, k))
+
+    def skip(self, what: str) -> None:
+        """Record an injection not made because faults are off (kept in the report's steps)."""
+        self.skipped.append(what)
+        self.say(f"faults off: skipped {what}")
+        self.mark(f"skipped: {what}", lane="scenario")
 
     # -- the API ---------------------------------------------------------------------------------
 
@@ -322,8 +347,12 @@ class ScenarioContext:
     async def node_op(self, node: str, op: str, body: Any = None, *, method: str = "POST") -> Any:
         """One kubelet admin operation on a node (`power-off`, `conditions`, `zombie`, ...).
 
-        It goes to the kubelet that registered the node; raises `ScenarioError`.
+        It goes to the kubelet that registered the node; raises `ScenarioError`. With faults off,
+        every operation but a GET is an injection: recorded as skipped, not sent (returns None).
         """
+        if not self.faults and method != "GET":
+            self.skip(f"kubelet operation {method} {op or '/'} on {node}")
+            return None
         try:
             return await self.mesh.node_op(node, op, body, method=method)
         except MeshError as exc:
@@ -334,8 +363,12 @@ class ScenarioContext:
 
         Through the kubelet's admin endpoint, or the chaos front door's `node.powerOff` fault
         (`node_access`); the same effect either way. Powering the node on again is registered
-        as an undo (`cleanup`) until `power_on`.
+        as an undo (`cleanup`) until `power_on`. With faults off it is recorded as skipped.
         """
+        if not self.faults:
+            self._skipped_power.add(node)
+            self.skip(f"power-off of {node}")
+            return
         if await self._node_power_access() == "chaos":
             created = await self.add_fault({"name": f"scenario-power-off-{node}", "type": "node.powerOff",
                                             "target": {"node": node}, "duration": None})
@@ -353,6 +386,10 @@ class ScenarioContext:
 
     async def power_on(self, node: str) -> None:
         """Boot a powered-off node again."""
+        if node in self._skipped_power:
+            self._skipped_power.discard(node)
+            self.skip(f"power-on of {node} (it was never powered off)")
+            return
         fault = self._power_faults.pop(node, None)
         if fault is not None:
             await self.remove_fault(fault)  # healing the fault powers the node on
@@ -414,6 +451,9 @@ class ScenarioContext:
 
     async def set_condition(self, node: str, type_: str, status: str = "True", *, reason: str | None = None) -> None:
         """Have the kubelet report a node condition (MemoryPressure, DiskPressure, ...)."""
+        if not self.faults:
+            self.skip(f"condition override {type_}={status} on {node}")
+            return
         body: dict[str, Any] = {"type": type_, "status": status}
         if reason:
             body["reason"] = reason
@@ -424,6 +464,9 @@ class ScenarioContext:
 
     async def clear_condition(self, node: str, type_: str) -> None:
         """Stop overriding a condition."""
+        if not self.faults:
+            self.skip(f"clearing the {type_} override on {node} (none was made)")
+            return
         await self.node_op(node, f"conditions/{type_}", method="DELETE")
         self.settle(f"clear {node} {type_}")
         self.close_window(f"{node} {type_}")
@@ -436,9 +479,18 @@ class ScenarioContext:
         return await self.mesh.chaos_available()
 
     async def add_fault(self, spec: Mapping[str, Any]) -> dict[str, Any]:
-        """Create a fault (`POST /chaos/v1/faults`); its removal is registered as an undo."""
+        """Create a fault (`POST /chaos/v1/faults`); its removal is registered as an undo.
+
+        With faults off nothing is created: the answer is the spec with `status.phase`
+        "Skipped" and nothing injected, as no fault the front door made would say.
+        """
         body = dict(spec)
         body.setdefault("duration", None)
+        if not self.faults:
+            name = str(body.get("name"))
+            self._skipped_faults.add(name)
+            self.skip(f"fault {name} ({body.get('type')})")
+            return {**body, "status": {"phase": "Skipped", "injected": 0}}
         try:
             created = await self.chaos.add(body, check=False)
         except ApiError as exc:
@@ -450,6 +502,9 @@ class ScenarioContext:
 
     async def remove_fault(self, name: str) -> None:
         """Remove (and recover) a fault; a fault already gone is fine."""
+        if name in self._skipped_faults:
+            self._skipped_faults.discard(name)
+            return
         try:
             await self.chaos.remove(name, missing_ok=True)
         except ApiError as exc:

@@ -14,7 +14,7 @@ records: requests, writes, deliveries and fault operations.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +72,80 @@ def inconclusive(reason: str, evidence: Iterable[str] = ()) -> Verdict:
     return Verdict(outcome="inconclusive", summary=reason, evidence=tuple(evidence))
 
 
+def fault_ops(records: Iterable[Record], fault: str, *, op: str | None = None,
+              effect: str | None = None) -> list[Record]:
+    """The history's records of one chaos fault, oldest first.
+
+    `op`: inject, recover, trigger, ...; `effect`: hold, release, drop, ... A fault that was never
+    created (faults off) has none. The record's `detail` (effect, key, rv, watch, ...) is merged
+    into the returned copies.
+    """
+    out = []
+    for r in records:
+        if r.get("type") != "fault" or r.get("fault") != fault or (op is not None and r.get("op") != op):
+            continue
+        flat = {**(r.get("detail") or {}), **{k: v for k, v in r.items() if k != "detail"}}
+        if effect is None or flat.get("effect") == effect:
+            out.append(flat)
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeldPast:
+    """Whether a held event reached its component only after the component acted on another object."""
+
+    opened: bool
+    why: str = ""
+    """Why the window did not open (empty when it did)."""
+    evidence: tuple[str, ...] = ()
+    delivered: Record | None = None
+    """The held event's delivery to the component (None: never delivered)."""
+
+
+def held_past(records: Sequence[Record], *, fault: str, key: str, component: str, acted_on: str,
+              t0: float = 0.0) -> HeldPast:
+    """Whether `fault` held an event of `key` on `component`'s watch until the component had acted.
+
+    Acted: its first write of the pod `acted_on`. From the history alone: the hold's `inject` record (the event's
+    resourceVersion), the delivery of that event to the component, and the component's first write
+    of `acted_on` (its decision), compared by record index.
+    """
+    held = [r for r in fault_ops(records, fault, op="inject", effect="hold") if r.get("key") == key]
+    acted = first(records, type="write", component=component, resource="pods", key=acted_on)
+
+    def at(r: Record | None) -> str:
+        return "never" if r is None else f"at t={float(r['time']) - t0:.1f}s (record {r['index']})"
+
+    if not held:
+        return HeldPast(opened=False, why=f"{fault} held no event of {key} on the {component}'s watch",
+                        evidence=(f"{fault}: nothing held; the {component}'s first write of {acted_on} {at(acted)}",))
+    rv = held[0].get("rv")
+    delivered = next((r for r in select(records, type="delivery", component=component, key=key)
+                      if r.get("rv") == rv), None)
+    ev = (f"{fault} held {key} (rv {rv}) on the {component}'s watch {at(held[0])}; delivered {at(delivered)}",
+          f"the {component}'s first write of {acted_on} (its decision): {at(acted)}")
+    if acted is None:
+        return HeldPast(opened=False, why=f"the {component} never decided on {acted_on}", evidence=ev,
+                        delivered=delivered)
+    if delivered is not None and int(delivered["index"]) < int(acted["index"]):
+        return HeldPast(opened=False, why=f"the held event of {key} reached the {component} before it decided on "
+                                          f"{acted_on}", evidence=ev, delivered=delivered)
+    return HeldPast(opened=True, evidence=ev, delivered=delivered)
+
+
+def heartbeats(records: Iterable[Record], node: str, *, after: float | None = None,
+               before: float | None = None) -> list[Record]:
+    """The writes a node's kubelet made of its Lease or its Node (its heartbeats), oldest first.
+
+    A powered-off or cut-off kubelet makes none: the history shows whether the node really went
+    silent, which the oracles check before they blame a race on it.
+    """
+    lease = f"kube-node-lease/{node}"
+    return [r for r in select(records, type="write", component="kubelet", after=after, before=before)
+            if (r.get("resource") == "leases" and r.get("key") == lease)
+            or (r.get("resource") == "nodes" and r.get("key") == node)]
+
+
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
     """A status condition of an object by type."""
     for c in ((obj or {}).get("status") or {}).get("conditions") or ():
@@ -100,5 +174,6 @@ def node_name(pod: dict[str, Any] | None) -> str:
     return str(((pod or {}).get("spec") or {}).get("nodeName") or "")
 
 
-__all__ = ["Observation", "Record", "condition", "decide", "eventually", "first", "inconclusive", "is_running",
-           "is_terminating", "never", "node_name", "select", "taint_keys"]
+__all__ = ["HeldPast", "Observation", "Record", "condition", "decide", "eventually", "fault_ops", "first",
+           "heartbeats", "held_past", "inconclusive", "is_running", "is_terminating", "never", "node_name", "select",
+           "taint_keys"]

@@ -43,6 +43,10 @@ class RunResult:
     """The bug switches the run's mesh had on (its profile's and the mode's)."""
     profile: str = "current"
     """The version profile the run's mesh ran (`kubemesh profiles`)."""
+    faults: bool = True
+    """Whether the scenario's injections were made (False: `kubemesh scenario verify`'s cells)."""
+    skipped: list[str] = field(default_factory=list)
+    """The injections skipped because faults were off."""
 
     @property
     def ok(self) -> bool:
@@ -102,17 +106,21 @@ def write_report(out: Path, *, scenario: Scenario, result: RunResult, verdict: V
         for rec in history:
             f.write(json.dumps(rec, sort_keys=True) + "\n")
     bugs = ", ".join(result.bugs) or "none"
+    faults = "" if result.faults else ", faults off"
     lines = [
-        f"{scenario.name} ({', '.join(scenario.upstream)}): {result.mode} mode (bugs: {bugs}), seed {result.seed}",
+        f"{scenario.name} ({', '.join(scenario.upstream)}): {result.mode} mode (bugs: {bugs}{faults}), "
+        f"seed {result.seed}",
         f"{scenario.summary}",
         "",
-        f"Outcome: {result.outcome.upper()} (expected in {result.mode} mode: {result.expected}"
+        f"Outcome: {result.outcome.upper()} (expected in {result.mode} mode{faults}: {result.expected}"
         f"{'' if result.ok else ' -- NOT AS EXPECTED'})",
         "",
         verdict.summary,
     ]
     if verdict.evidence:
         lines += ["", "Evidence:"] + [f"  - {e}" for e in verdict.evidence]
+    if result.skipped:
+        lines += ["", "Skipped (faults off):"] + [f"  - {e}" for e in result.skipped]
     if ctx is not None and ctx.lines:
         lines += ["", "Steps (cluster time since the start):"] + [f"  {s}" for s in ctx.lines]
     startup = f"{result.startup_s:.2f} s" if result.startup_s is not None else "n/a"
@@ -130,7 +138,8 @@ def write_report(out: Path, *, scenario: Scenario, result: RunResult, verdict: V
     (out / "timeline.html").write_text(html)
     doc = {**result.public(), "expected": result.expected, "ok": result.ok, "summary": verdict.summary,
            "evidence": list(verdict.evidence), "upstream": list(scenario.upstream),
-           "bugs": list(result.bugs), "clock_rate": clock_rate,
+           "bugs": list(result.bugs), "faults": result.faults, "skipped": list(result.skipped),
+           "clock_rate": clock_rate,
            "startup_s": result.startup_s, "steps": list(ctx.lines) if ctx else [],
            "moments": [asdict(m) for m in moments], "windows": [asdict(w) for w in windows],
            "t0": t0, "history_records": len(history)}

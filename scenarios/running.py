@@ -14,6 +14,10 @@
 
 A run is as expected when buggy mode reproduced and fixed mode prevented the race.
 
+`run_once(..., faults=False)` runs a scenario with its injections skipped (see
+`ScenarioContext`); its report directory is `<mode>-nofaults-seed<seed>/` and the outcome it
+expects is the caller's (`kubemesh.scenarios.verifying` runs these).
+
 `run_scenario(..., target=ExistingMesh(...))` runs on a mesh that is already running instead
 (the compose stack): see `scenarios.attached`.
 """
@@ -30,7 +34,7 @@ from typing import Any, Final
 
 from kubemesh.scenarios.attached import ExistingMesh, run_attached
 from kubemesh.scenarios.catalog import SCENARIOS
-from kubemesh.scenarios.framework import EXPECTED, Mode, Scenario, ScenarioContext, Verdict
+from kubemesh.scenarios.framework import EXPECTED, Mode, Outcome, Scenario, ScenarioContext, Verdict
 from kubemesh.scenarios.reporting import RunResult, guarded_run, write_report
 from kubemesh.services.machinery.clock import ClusterClock
 from kubemesh.services.mesh.endpoint import MeshError
@@ -115,13 +119,18 @@ async def run_scenario(scenario: Scenario, *, modes: Sequence[Mode] = ("buggy", 
 
 
 async def run_once(scenario: Scenario, *, mode: Mode, seed: int, clock_rate: float | None = None,
-                   report_dir: Path, log: Callable[[str], None] | None = None,
-                   profile: str | None = None) -> RunResult:
-    """One run: fresh mesh, scenario, verdict, report (see the module docstring)."""
+                   report_dir: Path, log: Callable[[str], None] | None = None, faults: bool = True,
+                   expected: Outcome | None = None, profile: str | None = None) -> RunResult:
+    """One run: fresh mesh, scenario, verdict, report (see the module docstring).
+
+    `faults=False` skips the scenario's injections; `expected` (default: the mode's outcome)
+    is what the run's `ok` compares with; `profile` (default: the scenario's) is the release
+    the mesh runs as.
+    """
     release = profile or scenario.profile
     shape = scenario.mesh_shape(mode)
     rate = clock_rate or shape.clock_rate
-    out = report_dir / scenario.name / f"{mode}-seed{seed}"
+    out = report_dir / scenario.name / (f"{mode}-seed{seed}" if faults else f"{mode}-nofaults-seed{seed}")
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -150,7 +159,7 @@ async def run_once(scenario: Scenario, *, mode: Mode, seed: int, clock_rate: flo
             async with mesh.client("scenario") as client, endpoint.chaos(instance="scenario") as chaos:
                 clock = ClusterClock.from_document(await client.get_clock())
                 ctx = ScenarioContext(mesh=endpoint, client=client, chaos=chaos, clock=clock, mode=mode, seed=seed,
-                                      log=log)
+                                      log=log, faults=faults)
                 t0 = ctx.t0
                 verdict = await guarded_run(scenario, ctx)
                 t_end = ctx.now()
@@ -167,8 +176,9 @@ async def run_once(scenario: Scenario, *, mode: Mode, seed: int, clock_rate: flo
     _scrub_state(out / "mesh")
     result = RunResult(scenario=scenario.name, mode=mode, seed=seed, outcome=verdict.outcome, wall_s=wall_s,
                        cluster_s=cluster_s, report=str(out.resolve()), summary=verdict.summary,
-                       expected=EXPECTED[mode], startup_s=startup, evidence=list(verdict.evidence),
-                       bugs=effective_bugs(scenario, mode, release), profile=release)
+                       expected=expected or EXPECTED[mode], startup_s=startup, evidence=list(verdict.evidence),
+                       bugs=effective_bugs(scenario, mode, release), profile=release, faults=faults,
+                       skipped=list(ctx.skipped) if ctx is not None else [])
     write_report(out, scenario=scenario, result=result, verdict=verdict, ctx=ctx, history=history, events=events,
                  t0=t0, t_end=t_end, clock_rate=rate)
     return result

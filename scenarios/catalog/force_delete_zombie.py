@@ -18,6 +18,8 @@ There is no bug switch; the modes are the two ways an operator can react:
 Oracle: safety, never two running copies of default/db-0 (the API's pod, and any container the
 kubelets still run for a db-0 that is gone from the API), checked from the kubelets' admin
 view from the replacement's creation until 60 cluster seconds after the node came back.
+The window, read from the history before either verdict: the node's kubelet wrote no heartbeat
+while it was meant to be unreachable (with faults off it does, and the run is inconclusive).
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ class ForceDeleteZombie(Scenario):
         await ctx.power_off(victim)
         ctx.mark(f"{victim} unreachable", lane="scenario")
         force = ctx.mode == "buggy"
-        t_del = ctx.now()
+        t_del = t_back = ctx.now()
         await ctx.client.delete(PODS, "db-0", namespace="default", grace_period_seconds=0 if force else None)
         ctx.mark("force DELETE db-0" if force else "DELETE db-0 (graceful)", lane="scenario", at=t_del)
         ctx.say("deleted db-0 with --force --grace-period=0" if force else "deleted db-0 gracefully")
@@ -108,6 +110,7 @@ class ForceDeleteZombie(Scenario):
                 except (AlreadyExistsError, ConflictError):
                     pass
             if not came_back and ctx.now() >= power_on_at:
+                t_back = ctx.now()  # the kubelet's first heartbeats after the power-on come after this
                 await ctx.power_on(victim)
                 # The partition heals: the kubelet reconciles again and stops what the API no longer has.
                 await ctx.node_op(victim, "zombie", {"enabled": False})
@@ -128,6 +131,12 @@ class ForceDeleteZombie(Scenario):
                     f"copies at the end: {'; '.join(final) or 'none'}"]
         if not created:
             return oracles.inconclusive("the replacement db-0 could never be created", evidence)
+        slack = 2.0 + 0.1 * ctx.clock.rate  # a heartbeat in flight at the power-off
+        alive = oracles.heartbeats(await ctx.records(), victim, after=t_del + slack, before=t_back)
+        if alive:
+            return oracles.inconclusive(
+                f"{victim}'s kubelet wrote {len(alive)} heartbeat(s) while it was meant to be unreachable: the node "
+                "was never cut off, the race window was not opened", evidence)
         if violation:
             return oracles.decide(
                 symptom=True, healthy=False, prevented="", evidence=evidence,

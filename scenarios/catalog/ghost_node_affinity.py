@@ -15,6 +15,17 @@ Oracle: liveness, the new pod is bound within 20 cluster seconds. Buggy: it is n
 scheduler reported `node "<victim>" not found` for it (reproduced); the run then keeps watching
 until the pod DELETE reaches the scheduler and the pod is finally placed, so the timeline shows
 node DELETE, failed attempts, pod DELETE, binding. Fixed: it is bound at once (prevented).
+
+The window, read from the history before either verdict: the victim's DELETE was delivered to
+the scheduler, and the scheduler's first decision on web-1 (its first write of the pod: the
+binding, or the failed attempt's status) came after it and before web-0's DELETE reached the
+scheduler, so the scheduler decided with a ghost in its cache. Otherwise: inconclusive.
+
+Faults: the power-off is the scenario's only injection, and the workload opens the window
+without it (`window_needs_faults = False`): the node is deleted by the scenario, and nothing
+deletes web-0 before PodGC's orphan pass whether its machine runs or not (a kubelet registers
+its Node only when it boots, so a running one does not bring the Node back). With faults off
+the verdicts are therefore the same, and `kubemesh scenario verify` expects them to be.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ class GhostNodeAffinity(Scenario):
     profile: ClassVar[str] = "1.8"
     shape: ClassVar[MeshShape] = MeshShape(nodes=3, clock_rate=60.0)
     deadline: ClassVar[float] = 400.0
+    window_needs_faults: ClassVar[bool] = False
 
     async def run(self, ctx: ScenarioContext) -> Verdict:
         """Set up, inject, observe (see the module docstring)."""
@@ -87,6 +99,11 @@ class GhostNodeAffinity(Scenario):
             last = failures[-1]
             evidence.append(f"scheduler FailedScheduling for web-1 (count {last.get('count', 1)}): "
                             f"{last.get('message')}")
+        window = await _window(ctx, seen)
+        evidence += window[1]
+        if not window[0]:
+            return oracles.inconclusive(f"the scheduler did not decide on web-1 between the DELETE of {victim} and "
+                                        "the DELETE of web-0 reaching it: the race window was not opened", evidence)
         if live.held:
             ctx.mark(f"web-1 bound to {live.value}", lane="scheduler")
             return oracles.decide(
@@ -122,3 +139,20 @@ class GhostNodeAffinity(Scenario):
             inconclusive=(f"web-1 was not bound within {BOUND_WITHIN:.0f} s, but the scheduler reported no "
                           "node-not-found error"),
             evidence=evidence)
+
+
+async def _window(ctx: ScenarioContext, node_delete: dict[str, object]) -> tuple[bool, list[str]]:
+    """Whether the scheduler decided on web-1 with the ghost cached (see the module docstring)."""
+    records = await ctx.records()
+    decided = oracles.first(records, type="write", component="scheduler", resource="pods", key="default/web-1")
+    gone = oracles.first(records, type="delivery", component="scheduler", resource="pods", event="DELETED",
+                         key="default/web-0")
+
+    def at(r: dict[str, object] | None) -> str:
+        return "never" if r is None else f"at t={float(str(r['time'])) - ctx.t0:.1f}s (record {r['index']})"
+
+    evidence = [f"history: node DELETE delivered to the scheduler {at(node_delete)}; the scheduler's first write "
+                f"of web-1 {at(decided)}; web-0's DELETE delivered to the scheduler {at(gone)}"]
+    opened = (decided is not None and int(str(decided["index"])) > int(str(node_delete["index"]))
+              and (gone is None or int(str(gone["index"])) > int(str(decided["index"]))))
+    return opened, evidence

@@ -31,8 +31,10 @@ Probe-1 (app=web, required anti-affinity app=web) is created; once it is bound a
 `BOUND_WITHIN` has passed, probe-2 (the same) shows whether the failure persists.
 
 Oracle (three-valued; cluster time):
-* the race was set up only if the drop was confirmed by the scheduler and probe-1 failed with
-  `node "<victim>" not found` (otherwise inconclusive);
+* the race was set up only if the history shows the fault armed on the scheduler (its `inject`
+  record) and the victim's DELETE delivered to it, the scheduler confirmed the drop (its
+  handler-drop counters, `/chaos/handler-drops`), and probe-1 failed with `node "<victim>" not found`
+  (otherwise inconclusive: with faults off nothing is dropped, the window is not opened);
 * symptom: a probe bound to the victim (a deleted node), or probe-1 not bound within
   `BOUND_WITHIN` s of the deletion while the scheduler never re-read the node;
 * healthy: the scheduler GET the victim (404), both probes bound to live nodes, none to it.
@@ -84,8 +86,9 @@ class MissedNodeDelete(Scenario):
                              "match": {"resources": ["nodes"], "eventTypes": ["DELETED"], "name": victim},
                              "params": {"occurrence": 1}, "duration": None})
         status = await ctx.fault_status(fault)
-        if (status or {}).get("status", {}).get("phase") != "Active":
-            raise ScenarioError(f"fault {fault} is not active: {(status or {}).get('status')}")
+        if status is not None and (status.get("status") or {}).get("phase") != "Active":
+            raise ScenarioError(f"fault {fault} is not active: {status.get('status')}")
+        # No fault at all (faults off): the workload goes on; the drop check below finds out.
         await ctx.power_off(victim)
         await ctx.client.delete(NODES, victim)
         t_del = ctx.now()
@@ -93,10 +96,16 @@ class MissedNodeDelete(Scenario):
         ctx.say(f"deleted Node {victim} (its machine is off: web-0 cannot terminate)")
         dropped = await ctx.until(lambda: self._dropped(ctx, fault), within=20, poll=0.02)
         if not dropped:
-            raise ScenarioError(f"the scheduler's node handler never reported dropping the DELETE of {victim}")
+            return oracles.inconclusive(f"the scheduler's node handler never reported dropping the DELETE of {victim}"
+                                        ": the race window was not opened", ctx.lines)
         seen = await ctx.wait_record(within=5, type="delivery", component="scheduler", resource="nodes",
                                      event="DELETED", key=victim)
-        t_seen = float(seen["time"]) if seen else ctx.now()
+        armed = oracles.fault_ops(await ctx.records(), fault, op="inject")
+        if seen is None or not armed:
+            missing = (f"no delivery of the DELETE of {victim} to the scheduler" if seen is None
+                       else f"no inject record of {fault} (the drop was never armed on the scheduler)")
+            return oracles.inconclusive(f"the history shows {missing}: the race window was not opened", ctx.lines)
+        t_seen = float(seen["time"])
         ctx.mark(f"{victim} DELETE reaches scheduler; its handler drops it", lane="scheduler", at=t_seen)
         ctx.say(f"the scheduler's node informer applied the DELETE of {victim}; its handler dropped it ({dropped})")
         await ctx.remove_fault(fault)  # what was dropped stays dropped: nothing will repair the cache

@@ -19,6 +19,10 @@ written into the objects and the history's DELETE requests (cluster time, not po
 Reproduced: both pods deleted together by the pod-eviction timeout with no NoExecute taint.
 Prevented: taint, then each pod deleted when its own toleration expired. A step off its window
 makes the run inconclusive, with the step named.
+
+The window, read from the history first: the victim's kubelet wrote no heartbeat (Lease or Node
+status) after the power-off, so the node really went silent; a heartbeat after it makes the run
+inconclusive (with faults off the node never goes Unknown, which is inconclusive too).
 """
 
 from __future__ import annotations
@@ -89,6 +93,7 @@ class NodeHeartbeatEviction(Scenario):
         slack = SLACK_BASE + SLACK_WALL * ctx.clock.rate
         t_off = ctx.now()
         await ctx.power_off(victim)
+        t_done = ctx.now()  # a heartbeat may land while the power-off request is served, not after it
         ctx.mark(f"{victim} heartbeats stop", lane="scenario")
 
         async def unknown() -> dict[str, object] | None:
@@ -96,11 +101,19 @@ class NodeHeartbeatEviction(Scenario):
             return c if c and c.get("status") == "Unknown" else None
 
         cond = await ctx.until(unknown, within=GRACE + PERIOD + 30)
-        if cond is None:
+        late = oracles.heartbeats(await ctx.records(), victim, after=t_done + slack)
+        if cond is None and not late:
             return oracles.inconclusive(f"{victim} never became Ready=Unknown within {GRACE + PERIOD + 30:.0f} s")
+        if late or cond is None:
+            return oracles.inconclusive(
+                f"{victim}'s kubelet kept writing heartbeats after the power-off ({len(late)}, the first at "
+                f"t={float(late[0]['time']) - ctx.t0:.1f}s): the race window was not opened")
         t_unknown = parse_time(str(cond.get("lastTransitionTime")))
         ctx.mark(f"{victim} Ready=Unknown", lane="controller-manager", at=t_unknown)
-        evidence = [f"heartbeats stopped at t={t_off - ctx.t0:.1f}s",
+        before = oracles.heartbeats(await ctx.records(), victim, before=t_done + slack)
+        last = f"t={float(before[-1]['time']) - ctx.t0:.1f}s" if before else "none in the history"
+        evidence = [f"heartbeats stopped at t={t_off - ctx.t0:.1f}s (the history's last heartbeat of {victim}: "
+                    f"{last}; none after it)",
                     f"Ready=Unknown at t={t_unknown - ctx.t0:.1f}s ({t_unknown - t_off:.1f} s after; "
                     f"window [{GRACE - HEARTBEAT:.0f}, {GRACE + 2 * PERIOD:.0f}] s from grace {GRACE:.0f} s, heartbeat "
                     f"{HEARTBEAT:.0f} s, monitor period {PERIOD:.0f} s: a renewal is noticed at the next pass)"]

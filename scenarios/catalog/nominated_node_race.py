@@ -13,6 +13,13 @@ Oracle (60 cluster seconds): buggy, S is bound to the node and P stays Pending (
 fixed, S is kept off the node by P's in-memory nomination and P is bound there (prevented).
 Safety in both modes: P and S (5 cpu) are never both bound to the 4-cpu node (inconclusive if
 they are: the scheduler over-committed).
+
+The window, read from the history before either verdict: the hold's `inject` record names the
+event of P carrying the nomination (its resourceVersion), and the scheduler's first write of S
+(its binding or its failed attempt) comes before that event's delivery to the scheduler. Only
+then did the scheduler decide on S without having seen the nomination come back; otherwise
+(no hold, as with faults off, or the echo delivered before S was considered) the run is
+inconclusive: the race window was not opened.
 """
 
 from __future__ import annotations
@@ -89,8 +96,10 @@ class NominatedNodeRace(PreemptionRace):
             ctx.close_window("hold p's nominatedNodeName echo to scheduler")
         pn, sn = oracles.node_name(p), oracles.node_name(s)
         p_nnn = ((p or {}).get("status") or {}).get("nominatedNodeName")
+        window = oracles.held_past(await ctx.records(), fault="hold-nomination-echo", key="default/p",
+                                   component="scheduler", acted_on="default/s", t0=ctx.t0)
         evidence = [f"p: node {pn or '-'}, nominatedNodeName {p_nnn}",
-                    f"s: node {sn or '-'}", f"first binding seen: {first}"]
+                    f"s: node {sn or '-'}", f"first binding seen: {first}", *window.evidence]
         failures = await ctx.events_about("p", reason="FailedScheduling")
         if failures:
             evidence.append(f"p FailedScheduling: {failures[-1].get('message')}")
@@ -100,6 +109,9 @@ class NominatedNodeRace(PreemptionRace):
             return oracles.inconclusive(
                 f"safety violated: p (3 cpu) and s (2 cpu) were both bound to {pn} (4 cpu): the scheduler "
                 "over-committed the node, so this run shows neither the race nor its prevention", evidence)
+        if not window.opened:
+            return oracles.inconclusive(f"{window.why}: the race window was not opened", evidence)
+        echo = "never" if window.delivered is None else f"at t={float(window.delivered['time']) - ctx.t0:.1f}s"
         if sn:
             ctx.mark(f"s bound to {sn}", lane="scheduler")
         if pn:
@@ -110,4 +122,5 @@ class NominatedNodeRace(PreemptionRace):
                         f"held on the scheduler's watch); the high-priority pod default/p stays Pending with "
                         f"nominatedNodeName={nnn} and the room it preempted for is gone"),
             prevented=(f"prevented: p was nominated in memory before the patch, so s was kept off {pn}; p was "
-                       f"bound to {pn} although the update carrying its nomination never reached the scheduler"))
+                       f"bound to {pn} although the update carrying its nomination reached the scheduler only "
+                       f"{echo}, after the scheduler had decided on s"))

@@ -16,6 +16,10 @@ on the shut-down node: PodGC force-deletes the Terminating pods there, the rollo
   stuck (reproduced).
 
 Oracle: liveness, a pod of the new ReplicaSet is Running within 60 cluster seconds of the taint.
+The window, read from the history: the victim's kubelet wrote no heartbeat after the power-off
+until the verdict (the node was really down, so nothing but PodGC could finish the deletion);
+and "prevented" needs the history's DELETE of the old pod by the controller-manager (PodGC)
+after the taint. With faults off the pod is never deleted and the run is inconclusive.
 
 Reusable on an attached mesh: its objects live in `ctx.namespace`, and the node comes back
 (powered on, the out-of-service taint removed) at cleanup, so the same stack can run it again.
@@ -102,6 +106,7 @@ class RecreateStuckTerminating(Scenario):
         ctx.focus("deployments", f"{ns}/cron")
         ctx.say(f"pod {old_name} Running on {victim}")
         await ctx.power_off(victim)
+        off_at = ctx.now()  # a heartbeat may land while the power-off request is served, not after it
         ctx.mark(f"{victim} powered off", lane="scenario")
 
         async def terminating() -> Obj | None:
@@ -110,6 +115,11 @@ class RecreateStuckTerminating(Scenario):
 
         stuck = await ctx.until(terminating, within=50 + 10 + 300 + 40, poll=0.05)
         if stuck is None:
+            alive = oracles.heartbeats(await ctx.records(), victim, after=off_at + 2.0 + 0.1 * ctx.clock.rate)
+            if alive:
+                return oracles.inconclusive(
+                    f"{victim}'s kubelet kept writing heartbeats ({len(alive)} after the power-off) and {old_name} "
+                    "was never deleted: the node did not go down, the race window was not opened", ctx.lines)
             raise ScenarioError(f"{old_name} was never deleted (Terminating) after {victim} went down")
         terminating_at = ctx.elapsed()
         ctx.mark(f"{old_name} Terminating", lane="controller-manager")
@@ -169,11 +179,24 @@ class RecreateStuckTerminating(Scenario):
         live = await oracles.eventually(ctx, "a pod of the new ReplicaSet Running", new_running,
                                         within=RESOLVE_WITHIN)
         old = await ctx.pod(old_name, ns)
+        records = await ctx.records()
+        alive = oracles.heartbeats(records, victim, after=off_at + 2.0 + 0.1 * ctx.clock.rate)  # one in flight
+        if alive:
+            return oracles.inconclusive(
+                f"{victim}'s kubelet wrote heartbeats after the power-off ({len(alive)}, the first at "
+                f"t={float(alive[0]['time']) - ctx.t0:.1f}s): the node was not down, the race window was not opened",
+                evidence)
+        gc = [r for r in oracles.select(records, type="request", component="controller_manager", verb="delete",
+                                        after=tainted_at)
+              if str(r.get("key", "")).endswith(f"/pods/{old_name}") and int(r.get("code") or 0) < 300]
+        evidence.append(f"{victim}: no heartbeat in the history after the power-off at t={off_at - ctx.t0:.1f}s")
+        evidence.append(f"DELETE of {old_name} by the controller-manager after the taint: "
+                        + (f"t={float(gc[0]['time']) - ctx.t0:.1f}s" if gc else "none"))
         if live.held and live.at is not None:
             ctx.focus("pods", f"{ns}/{live.value['metadata']['name']}")
             ctx.mark(f"{live.value['metadata']['name']} Running", lane="kubelet")
             return oracles.decide(
-                symptom=False, healthy=old is None, reproduced="", evidence=evidence,
+                symptom=False, healthy=old is None and bool(gc), reproduced="", evidence=evidence,
                 inconclusive="a new pod runs, but the old pod is still there",
                 prevented=(f"prevented: after the out-of-service taint PodGC force-deleted {old_name} and the new "
                            f"pod {live.value['metadata']['name']} was Running {live.at - tainted_at:.0f} s of "

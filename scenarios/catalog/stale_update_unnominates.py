@@ -21,8 +21,10 @@ A smaller pod S of the same priority (preemptionPolicy Never) arrives once the v
 Oracle (60 cluster seconds): buggy, S is bound to the node and P stays Pending (reproduced);
 fixed, the stale update keeps the nomination, S stays off the node and P is bound there
 (prevented). Safety in both modes: P and S never both on the 4-cpu node (inconclusive if so);
-the stale echo must have reached the scheduler after the nomination was written (inconclusive
-if it did not: the race window was not opened).
+the stale echo must have reached the scheduler after the nomination was written, and the fresh
+update carrying the nomination only after the scheduler's first decision on S (both read from
+the history: the trigger and hold records, the deliveries, the scheduler's writes; inconclusive
+if not: the race window was not opened).
 """
 
 from __future__ import annotations
@@ -117,6 +119,13 @@ class StaleUpdateUnnominates(PreemptionRace):
         if not stale_seen or nnn_write is None:
             return oracles.inconclusive("the stale update of p never reached the scheduler after the nomination "
                                         "was written: the race window was not opened", evidence)
+        echo = oracles.held_past(await ctx.records(), fault="hold-nomination-echo", key="default/p",
+                                 component="scheduler", acted_on="default/s", t0=ctx.t0)
+        evidence += echo.evidence
+        if not echo.opened:
+            # The fresh update carrying the nomination would restore it: then s met the nomination
+            # again whatever the nominator did with the stale one.
+            return oracles.inconclusive(f"{echo.why}: the race window was not opened", evidence)
         if sn:
             ctx.mark(f"s bound to {sn}", lane="scheduler")
         if pn:

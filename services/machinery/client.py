@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import copy
 import importlib.metadata
 import random
 import ssl
@@ -341,6 +342,22 @@ class ApiClient:
         }
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
+        self._extra: dict[str, str] = {}
+        """Headers of this view only (`acting_for`), added to each request."""
+
+    def acting_for(self, controller: str) -> ApiClient:
+        """A view of this client whose requests say they are made for `controller` (`X-Kubemesh-Controller`).
+
+        It shares the session, connections, retry settings, rng and chaos gate; closing the
+        original closes both. With the apiserver's component identities the controller-manager's
+        controllers then act as their own ServiceAccounts (upstream's
+        `--use-service-account-credentials`), while the process's informers, events and leader
+        election stay the controller-manager's own.
+        """
+        twin = copy.copy(self)
+        twin._session = self._get_session()
+        twin._extra = {**self._extra, "X-Kubemesh-Controller": controller}
+        return twin
 
     def _accept(self) -> str:
         if self.encoding == "msgpack":
@@ -425,7 +442,7 @@ class ApiClient:
         else:
             enc = codec.encoding_of(content_type) if content_type else self.encoding
             data = codec.encode(body, enc or "json")
-        headers: dict[str, str] = {}
+        headers: dict[str, str] = dict(self._extra)
         if accept is not None:
             headers["Accept"] = accept
         if data is not None:
@@ -578,7 +595,7 @@ class ApiClient:
         timeout = aiohttp.ClientTimeout(total=None, connect=self.timeout, sock_connect=self.timeout)
         try:
             resp = await session.get(self.base_url + path, params=params, timeout=timeout,
-                                     headers={"Accept": "application/jsonl"})
+                                     headers={**self._extra, "Accept": "application/jsonl"})
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ApiConnectionError(f"GET {path}: {type(exc).__name__}: {exc}", maybe_applied=False) from exc
         try:
@@ -630,7 +647,8 @@ class ApiClient:
         path = kind.url(namespace=namespace)
         session = self._get_session()
         try:
-            resp = await session.get(self.base_url + path, params=params, timeout=client_timeout)
+            resp = await session.get(self.base_url + path, params=params, timeout=client_timeout,
+                                     headers=self._extra)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ApiConnectionError(f"WATCH {path}: {type(exc).__name__}: {exc}",
                                      maybe_applied=False) from exc

@@ -1,7 +1,8 @@
 """kubemesh's components under their own identities (`--component-identities`) and upstream's bootstrap roles.
 
 A mesh of two nodes whose apiserver maps each component's admin-token requests to its own user
-(system:kube-scheduler, system:kube-controller-manager, system:node:<name>): nodes register and
+(system:kube-scheduler, system:kube-controller-manager and its controllers' ServiceAccounts,
+system:node:<name>): nodes register and
 turn Ready, a Deployment's pods are created, scheduled and run, and no request of a component
 was refused; a ServiceAccount's token is still its own identity beside them.
 """
@@ -15,7 +16,7 @@ from kubemesh.services.mesh.launching import Mesh, MeshSpec
 
 
 async def test_components_run_under_their_own_identities() -> None:
-    spec = MeshSpec(nodes=2, seed=5, start_timeout=120.0, extra_args={"apiserver": ("--component-identities",)})
+    spec = MeshSpec(nodes=2, seed=5, start_timeout=120.0)  # component identities are the default
     async with Mesh(spec) as mesh:
         await mesh.wait_nodes_ready(2, timeout=60)
         ep = mesh.endpoint
@@ -42,4 +43,27 @@ async def test_components_run_under_their_own_identities() -> None:
                    for user, verb, path in refused), refused
         assert len(running) == 2, running
         assert {"system:kube-scheduler", "system:kube-controller-manager"} <= users, users
+        # each controller writes as its own ServiceAccount (upstream's --use-service-account-credentials)
+        assert {"system:serviceaccount:kube-system:deployment-controller",
+                "system:serviceaccount:kube-system:replicaset-controller"} <= users, users
         assert any(str(u).startswith("system:node:") for u in users), users
+
+        # The controller-manager, as itself, writes the aggregated ClusterRoles' rules back (upstream's
+        # clusterrole-aggregation controller): a CRD author's role labelled aggregate-to-view shows up in view.
+        rbac = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
+        status, doc = await ep.request_json("POST", rbac, {
+            "metadata": {"name": "widgets-view", "labels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
+            "rules": [{"apiGroups": ["example.com"], "resources": ["widgets"], "verbs": ["get", "list"]}]})
+        assert status == 201, doc
+        want = {"apiGroups": ["example.com"], "resources": ["widgets"], "verbs": ["get", "list"]}
+        rules: list[object] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            _, view = await ep.request_json("GET", f"{rbac}/view")
+            rules = view.get("rules") or []
+            if want in rules:
+                break
+            await asyncio.sleep(0.2)
+        assert want in rules, rules
+        _, admin_role = await ep.request_json("GET", f"{rbac}/admin")
+        assert admin_role.get("rules"), admin_role  # admin aggregates edit's and view's sources too

@@ -295,3 +295,31 @@ async def test_the_history_records_every_webhook_call(apiserver: ApiServer, rest
     assert outcomes == [("deny.example.com", "CREATE", "default/ok", "allowed"),
                         ("deny.example.com", "CREATE", "default/no", "denied")]
     assert all(r["configuration"] == "policy" and r["latency"] >= 0 for r in records)
+
+
+async def test_webhooks_see_the_requesting_user_with_its_groups(rest: Rest, hooks: HookServer) -> None:
+    # A ServiceAccount's write reaches the webhook with its own name, uid and groups, as upstream sends them.
+    await rest.ok("POST", "/api/v1/namespaces/default/serviceaccounts", {"metadata": {"name": "writer"}})
+    await rest.ok("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles", {
+        "metadata": {"name": "writer"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]})
+    await rest.ok("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", {
+        "metadata": {"name": "writer"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                                    "name": "writer"},
+        "subjects": [{"kind": "ServiceAccount", "name": "writer", "namespace": "default"}]})
+    token = (await rest.ok("POST", "/api/v1/namespaces/default/serviceaccounts/writer/token", {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}))["status"]["token"]
+    await configure(rest, VALIDATING, "who", hooks.config("/validate", name="who.example.com"))
+    before = rest.headers.get("Authorization")
+    rest.headers["Authorization"] = f"Bearer {token}"
+    try:
+        await rest.ok("POST", CMS, configmap("by-writer"))
+    finally:
+        rest.headers.pop("Authorization")
+        if before is not None:
+            rest.headers["Authorization"] = before
+    (review,) = [r for r in hooks.reviews["/validate"] if r["request"]["name"] == "by-writer"]
+    info = review["request"]["userInfo"]
+    assert info["username"] == "system:serviceaccount:default:writer"
+    assert info["groups"] == ["system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"]
+    assert info["uid"] and "authentication.kubernetes.io/credential-id" in info["extra"]

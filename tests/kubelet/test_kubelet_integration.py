@@ -85,8 +85,13 @@ async def test_nodes_register_and_stay_ready(mesh: Mesh, client: ApiClient) -> N
         assert key in labels
     assert node["status"]["capacity"]["pods"] == "110"
     assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] > 0
-    first = renew_times(await client.list(LEASES, namespace="kube-node-lease"))
-    assert set(first) == {"node-1", "node-2", "node-3"}
+    # A node turns Ready from its status; its lease is created by the same loop right after, so
+    # under load the last one may still be on its way.
+    async def all_leases() -> dict[str, float] | None:
+        got = renew_times(await client.list(LEASES, namespace="kube-node-lease"))
+        return got if set(got) == {"node-1", "node-2", "node-3"} else None
+
+    first = await eventually(all_leases, what="every node's lease exists")
 
     # Two renewal periods of cluster time later every lease moved and every node is still Ready.
     async def all_renewed() -> dict[str, float] | None:

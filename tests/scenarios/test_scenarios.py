@@ -1,41 +1,87 @@
-"""The scenarios on real meshes (each in both modes once), and the oracles and the timeline on
-synthetic data."""
+"""The scenarios on real meshes (each verified: switch on/off x faults on/off, the faults-on cells
+being its buggy and fixed runs), and the oracles and the timeline on synthetic data."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 from pathlib import Path
+from typing import Any, get_args
 
 import pytest
 
 from kubemesh.scenarios import oracles, timeline
-from kubemesh.scenarios.framework import EXPECTED, Mode, Moment, Window
+from kubemesh.scenarios.framework import Moment, Outcome, Window
 from kubemesh.scenarios.main import table
 from kubemesh.scenarios.reporting import RunResult
-from kubemesh.scenarios.running import catalog, run_once
+from kubemesh.scenarios.running import catalog
+from kubemesh.scenarios.verifying import CELLS, Cell, Verification, expected_outcome, verify_scenario
+
+REPO = Path(__file__).resolve().parent.parent.parent
+SEED = 7
+OUTCOMES = set(get_args(Outcome))
 
 SLOW = {"node-heartbeat-eviction", "recreate-stuck-terminating", "pre-lease-heartbeat", "ready-false-eviction",
         "large-cluster-threshold"}
+CLI_SCENARIO = "nominated-node-race"
+"""The scenario verified through the real CLI (`kubemesh scenario verify NAME --json` in a
+subprocess): its test checks the JSON contract too, at no extra cost."""
 
-CASES = [pytest.param(name, mode, id=f"{name}-{mode}",
-                      marks=[pytest.mark.slow] if name in SLOW else [])
-         for name in catalog() for mode in ("buggy", "fixed")]
+CASES = [pytest.param(name, id=name, marks=[pytest.mark.slow] if name in SLOW else []) for name in catalog()]
 
 
-@pytest.mark.parametrize(("name", "mode"), CASES)
-async def test_scenario_outcome_matches_mode(name: str, mode: Mode, tmp_path: Path) -> None:
+async def _verify_via_cli(name: str, report_dir: Path) -> tuple[int, dict[str, Any], list[str]]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import sys; from kubemesh.services.tools.cli import main; sys.exit(main())",
+        "scenario", "verify", name, "--json", "--seed", str(SEED), "--report-dir", str(report_dir), cwd=REPO,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    lines = out.decode().splitlines()
+    assert lines, err.decode()
+    assert proc.returncode is not None
+    return proc.returncode, json.loads(lines[-1]), lines
+
+
+@pytest.mark.parametrize("name", CASES)
+async def test_scenario_verify_is_sound(name: str, tmp_path: Path) -> None:
+    """The four cells: the faults-on ones are the buggy and fixed runs (reproduced, prevented),
+    the faults-off ones must say the window did not open (or, for a scenario whose workload opens
+    it alone, give the same verdicts)."""
     scenario = catalog()[name]
-    result = await run_once(scenario, mode=mode, seed=7, report_dir=tmp_path)
-    if result.outcome == "inconclusive" and "chaos front door" in result.summary:
+    if name == CLI_SCENARIO:
+        code, doc, lines = await _verify_via_cli(name, tmp_path)
+        # The contract: the last line is one JSON object of exactly these keys and types.
+        assert set(doc) == {"scenario", "cells", "sound"} and doc["scenario"] == name
+        assert isinstance(doc["sound"], bool) and code == (0 if doc["sound"] else 1), lines
+        assert [(c["switch"], c["faults"]) for c in doc["cells"]] == list(CELLS)
+        for c in doc["cells"]:
+            assert set(c) == {"switch", "faults", "outcome"} and c["outcome"] in OUTCOMES
+            assert isinstance(c["switch"], bool) and isinstance(c["faults"], bool)
+        cells = [(c["switch"], c["faults"], c["outcome"]) for c in doc["cells"]]
+        sound, table = doc["sound"], "\n".join(lines)
+    else:
+        v = await verify_scenario(scenario, seed=SEED, report_dir=tmp_path)
+        cells = [(c.switch, c.faults, c.outcome) for c in v.cells]
+        sound = v.sound
+        table = "\n".join([*v.table(), *(f"{c.report}: {c.summary}" for c in v.cells)])
+    verdicts = [tmp_path / scenario.name / f"{mode}-seed{SEED}" / "verdict.txt" for mode in ("buggy", "fixed")]
+    if any(v.exists() and "the chaos front door (/chaos/v1/faults), which" in v.read_text() for v in verdicts):
         pytest.skip("the apiserver does not serve /chaos/v1/faults")
-    assert result.outcome == EXPECTED[mode], f"{result.summary}\n" + "\n".join(result.evidence)
-    report = Path(result.report)
-    for f in ("verdict.txt", "history.jsonl", "timeline.html", "run.json"):
-        assert (report / f).stat().st_size > 0, f
-    doc = json.loads((report / "run.json").read_text())
-    assert doc["outcome"] == result.outcome and doc["ok"] is True
-    assert result.outcome.upper() in (report / "verdict.txt").read_text()
-    assert "<svg" in (report / "timeline.html").read_text()
+    assert sound, table
+    assert cells == [(sw, f, expected_outcome(scenario, switch=sw, faults=f)) for sw, f in CELLS], table
+    for mode, faults in (("buggy", True), ("fixed", True), ("buggy", False), ("fixed", False)):
+        report = tmp_path / scenario.name / (f"{mode}-seed{SEED}" if faults else f"{mode}-nofaults-seed{SEED}")
+        for f in ("verdict.txt", "history.jsonl", "timeline.html", "run.json"):
+            assert (report / f).stat().st_size > 0, f
+        doc = json.loads((report / "run.json").read_text())
+        assert doc["ok"] is True and doc["faults"] is faults and doc["mode"] == mode
+        assert doc["outcome"].upper() in (report / "verdict.txt").read_text()
+        assert "<svg" in (report / "timeline.html").read_text()
+        # Faults off: the scenario's injections were recorded as skipped, none was made.
+        assert bool(doc["skipped"]) is not faults, doc["skipped"]
+        if not faults:
+            assert "Skipped (faults off):" in (report / "verdict.txt").read_text()
 
 
 def test_catalog_names_are_the_fixed_ones() -> None:
@@ -135,4 +181,73 @@ def test_main_table_summarises_modes() -> None:
           RunResult(scenario="a", mode="fixed", seed=1, outcome="reproduced", wall_s=1.0, cluster_s=10, report="r",
                     expected="prevented")]
     rows = table(rs, ["a"])
-    assert rows[1] == ["a", "reproduced", "reproduced (!)", "3.0 s"]
+    assert rows[0] == ["scenario", "buggy outcome", "fixed outcome", "verified", "wall time"]
+    assert rows[1] == ["a", "reproduced", "reproduced (!)", "-", "3.0 s"]
+    off = RunResult(scenario="a", mode="buggy", seed=1, outcome="reproduced", wall_s=4.0, cluster_s=10, report="r",
+                    expected="inconclusive", faults=False)
+    cells = (Cell(switch=True, faults=True, outcome="reproduced", expected="reproduced"),
+             Cell(switch=False, faults=True, outcome="reproduced", expected="prevented"),
+             Cell(switch=True, faults=False, outcome="reproduced", expected="inconclusive"),
+             Cell(switch=False, faults=False, outcome="inconclusive", expected="inconclusive"))
+    v = Verification(scenario="a", seed=1, cells=cells)
+    rows = table([*rs, off], ["a"], {"a": v})
+    assert rows[1] == ["a", "reproduced", "reproduced (!)", "NOT SOUND (off/on: reproduced; on/off: reproduced) (!)",
+                       "7.0 s"]
+    assert not v.sound and v.public() == {"scenario": "a", "sound": False, "cells": [
+        {"switch": True, "faults": True, "outcome": "reproduced"},
+        {"switch": False, "faults": True, "outcome": "reproduced"},
+        {"switch": True, "faults": False, "outcome": "reproduced"},
+        {"switch": False, "faults": False, "outcome": "inconclusive"}]}
+
+
+def test_soundness_expects_inconclusive_without_faults_unless_the_workload_opens_the_window() -> None:
+    scenarios = catalog()
+    needs = scenarios["nominated-node-race"]
+    assert [expected_outcome(needs, switch=sw, faults=f) for sw, f in CELLS] == [
+        "reproduced", "prevented", "inconclusive", "inconclusive"]
+    alone = scenarios["ghost-node-affinity"]
+    assert not alone.window_needs_faults
+    assert [expected_outcome(alone, switch=sw, faults=f) for sw, f in CELLS] == [
+        "reproduced", "prevented", "reproduced", "prevented"]
+
+
+def test_fault_ops_flatten_the_detail_and_heartbeats_select_a_nodes_lease_and_status() -> None:
+    held = oracles.fault_ops(HISTORY_FAULTS, "hold", op="inject", effect="hold")
+    assert [(r["index"], r["key"], r["rv"]) for r in held] == [(2, "default/p", 83)]
+    assert oracles.fault_ops(HISTORY_FAULTS, "other") == []
+    assert [r["index"] for r in oracles.heartbeats(HISTORY_FAULTS, "node-2")] == [3, 4]
+    assert [r["index"] for r in oracles.heartbeats(HISTORY_FAULTS, "node-2", after=11.0)] == [4]
+    assert oracles.heartbeats(HISTORY_FAULTS, "node-1") == []
+
+
+def test_held_past_compares_the_held_events_delivery_with_the_components_first_write() -> None:
+    decided = {"index": 6, "time": 13.0, "type": "write", "component": "scheduler", "resource": "pods",
+               "event": "MODIFIED", "key": "default/s", "rv": 87}
+    late = {"index": 7, "time": 14.0, "type": "delivery", "component": "scheduler", "resource": "pods",
+            "event": "MODIFIED", "key": "default/p", "rv": 83, "watch": 3}
+    early = {**late, "index": 5, "time": 12.9}
+    opened = oracles.held_past([*HISTORY_FAULTS, decided, late], fault="hold", key="default/p",
+                               component="scheduler", acted_on="default/s")
+    assert opened.opened and opened.delivered == late and "rv 83" in opened.evidence[0]
+    before = oracles.held_past([*HISTORY_FAULTS, early, decided], fault="hold", key="default/p",
+                               component="scheduler", acted_on="default/s")
+    assert not before.opened and "before it decided" in before.why
+    nothing = oracles.held_past([decided, late], fault="hold", key="default/p", component="scheduler",
+                                acted_on="default/s")
+    assert not nothing.opened and "held no event" in nothing.why
+    undecided = oracles.held_past(HISTORY_FAULTS, fault="hold", key="default/p", component="scheduler",
+                                  acted_on="default/s")
+    assert not undecided.opened and undecided.delivered is None
+
+
+HISTORY_FAULTS: list[dict[str, Any]] = [
+    {"index": 1, "time": 9.0, "type": "fault", "op": "create", "fault": "hold", "detail": {"spec": {}}},
+    {"index": 2, "time": 10.0, "type": "fault", "op": "inject", "fault": "hold", "outcome": "ok",
+     "detail": {"effect": "hold", "key": "default/p", "rv": 83, "component": "scheduler"}},
+    {"index": 3, "time": 10.5, "type": "write", "component": "kubelet", "instance": "node-2", "resource": "leases",
+     "event": "MODIFIED", "key": "kube-node-lease/node-2", "rv": 84},
+    {"index": 4, "time": 12.0, "type": "write", "component": "kubelet", "instance": "node-2", "resource": "nodes",
+     "event": "MODIFIED", "key": "node-2", "rv": 85},
+    {"index": 5, "time": 12.5, "type": "write", "component": "scheduler", "instance": "scheduler",
+     "resource": "nodes", "event": "MODIFIED", "key": "node-1", "rv": 86},
+]
