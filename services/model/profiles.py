@@ -135,10 +135,11 @@ RELEASES: Final[tuple[Release, ...]] = (
                 emulation="switch legacy-pod-eviction"),
         Feature(name="TaintNodesByCondition", enabled=False,
                 source="not in v1.7 (alpha v1.8, beta v1.12, GA v1.17; design: kubernetes/community#819)",
-                emulation="not switchable: the emulated node-lifecycle controller always writes the NoSchedule "
+                emulation="in part: the emulated node-lifecycle controller always writes the NoSchedule "
                           "condition taints (they keep pods off NotReady nodes as v1.7's CheckNodeCondition "
-                          "predicate did); the scheduler checks the pressure conditions directly as v1.7's "
-                          "CheckNodeMemoryPressure/DiskPressure predicates did"),
+                          "predicate did); whether the scheduler reads the pressure conditions (v1.7's "
+                          "CheckNodeMemoryPressure/DiskPressure predicates) or the pressure taints is the "
+                          "scheduler's own concern (`kubemesh bugs`)"),
         Feature(name="NodeLease", enabled=False, source="KEP-589 (alpha v1.12)", emulation="switch no-node-lease"),
         Feature(name="PodPriority (preemption)", enabled=False, source="alpha v1.8, beta v1.11",
                 emulation="not modelled as absent: the emulated scheduler always preempts"),
