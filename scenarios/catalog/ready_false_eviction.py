@@ -164,7 +164,9 @@ class ReadyFalseEviction(Scenario):
             return oracles.inconclusive("the node was tainted, but the evictions did not follow the tolerations",
                                         evidence)
         lo, hi = t_false + EVICTION_TIMEOUT - slack, t_false + EVICTION_TIMEOUT + 2 * PERIOD + slack
-        if lo <= t_fast <= hi and lo <= t_slow <= hi and abs(t_fast - t_slow) <= slack:
+        # Both at the pod-eviction timeout, fast's 30 s toleration ignored. They come from one
+        # eviction pass, one pod after the other: how far apart is load, not evidence.
+        if lo <= t_fast <= hi and lo <= t_slow <= hi:
             return oracles.decide(
                 symptom=True, healthy=False, prevented="", evidence=evidence,
                 reproduced=(f"reproduced: no NoExecute taint; {victim} reported Ready=False with its heartbeats "
