@@ -7,7 +7,7 @@ state after it (`changed` says whether anything changed).
 | route                                   | body                                              |
 |-----------------------------------------|---------------------------------------------------|
 | `GET  /nodes`                           | list every hosted node's state                    |
-| `GET  /nodes/{node}`                    | one node: pods, containers, zombies, logStreams   |
+| `GET  /nodes/{node}`                    | one node: pods, containers, logStreams            |
 | `POST /nodes/{node}/power-off`          | all loops stop; pods stay as they are in the API  |
 | `POST /nodes/{node}/power-on`           | boot again (a kubelet restart)                    |
 | `POST /nodes/{node}/lease/stop`         | stop only the Lease renewals                      |
@@ -19,7 +19,8 @@ state after it (`changed` says whether anything changed).
 | `POST /nodes/{node}/containers/fail`    | `{"namespace"?, "pod"?, "container"?, "exitCode"?,|
 |                                         | "reason"?}`: running containers exit (see below)  |
 | `POST /nodes/{node}/containers/slow`    | `{"startDelay"?: s, "stopDelay"?: s or null}`     |
-| `POST /nodes/{node}/zombie`             | `{"enabled": true or false}`                      |
+| `POST /nodes/{node}/partition`          | cut the node off the apiserver; containers run on |
+| `POST /nodes/{node}/heal`               | reconnect (the loops start again and relist)      |
 | `GET  /nodes/{node}/containerLogs/{namespace}/{pod}/{container}` | a container's log (below)|
 | `GET|POST /nodes/{node}/exec|attach/{namespace}/{pod}/{container}` | websocket or SPDY       |
 | `GET|POST /nodes/{node}/portforward/{namespace}/{pod}` | SPDY, or SPDY in a websocket (`streams`) |
@@ -33,9 +34,11 @@ kill: the container is restarted in place by its restartPolicy, unlike an evicti
 `stopDelay` replaces the time containers take to exit after SIGTERM (beyond the grace period
 they are killed); cluster seconds, 0 and null clear them.
 
-`zombie`: while enabled, containers of pods that vanish from the API keep running (also
-through a power-off: the machine behaves as frozen or partitioned, not dead), which shows the
-at-most-one violation of a force delete; disabling kills them.
+`partition`: the machine keeps running its containers (and its eviction manager) but cannot
+reach the apiserver: no Lease, no NodeStatus, no pod watch, no pod writes (`EmulatedNode.partition`).
+`heal` reconnects; the pod informer relists, and containers of pods deleted from the API
+meanwhile are stopped then, each with a `Killing` event. The chaos front door's `node.partition`
+fault maps onto these two.
 
 `containerLogs`: the emulated container's log as text/plain, as the kubelet's
 `/containerLogs` serves it (`kubemesh.kubelet.containerlogs`), with the query parameters
@@ -50,8 +53,9 @@ such pod, 400 when the pod is emulated or the container runs no process. `contai
 sends SIGSTOP (`frozen: true`) or SIGCONT to the processes of the pod's containers (all, or the
 one named): a frozen process answers no probe, so its liveness probe fails for real.
 
-Condition types: Ready, MemoryPressure (the node then evicts one pod per 10 s, BestEffort
-first), DiskPressure, PIDPressure (reported, and admission refuses new pods), or any other.
+Condition types: Ready, MemoryPressure, DiskPressure, PIDPressure (reported, and admission
+refuses new pods; an override evicts nothing: the eviction manager evicts from its signals, the
+pods' emulated usage, `kubemesh.kubelet.pressure`), or any other.
 """
 
 from __future__ import annotations
@@ -144,9 +148,6 @@ def routes(nodes: Mapping[str, EmulatedNode], *, clock: Clock) -> list[web.Route
         if "stopDelay" in body:
             node.pods.faults.stop_delay = None if body["stopDelay"] is None else float(body["stopDelay"])
 
-    def zombie(node: EmulatedNode, body: dict[str, Any]) -> dict[str, int]:
-        return {"killed": node.set_zombie(bool(body.get("enabled", True)))}
-
     async def container_log(request: web.Request) -> web.StreamResponse:
         node = node_of(request)
         info = request.match_info
@@ -237,7 +238,8 @@ def routes(nodes: Mapping[str, EmulatedNode], *, clock: Clock) -> list[web.Route
         web.delete("/nodes/{node}/conditions/{type}", clear_condition),
         web.post("/nodes/{node}/containers/fail", op(fail)),
         web.post("/nodes/{node}/containers/slow", op(slow)),
-        web.post("/nodes/{node}/zombie", op(zombie)),
+        web.post("/nodes/{node}/partition", op(lambda n, b: n.partition())),
+        web.post("/nodes/{node}/heal", op(lambda n, b: n.heal())),
     ]
 
 

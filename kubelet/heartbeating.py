@@ -58,6 +58,13 @@ CONDITION_DEFAULTS: Final[dict[str, tuple[str, str, str]]] = {
 }
 """The conditions a kubelet reports, in its order, with their healthy values."""
 
+PRESSURE_TRUE: Final[dict[str, tuple[str, str, str]]] = {
+    "MemoryPressure": ("True", "KubeletHasInsufficientMemory", "kubelet has insufficient memory available"),
+    "DiskPressure": ("True", "KubeletHasDiskPressure", "kubelet has disk pressure"),
+    "PIDPressure": ("True", "KubeletHasInsufficientPID", "kubelet has insufficient PID available"),
+}
+"""The pressure conditions as the eviction manager reports them when its signals say so."""
+
 
 class HeartbeatApi(Protocol):
     """The part of `kubemesh.services.machinery.client.ApiClient` the heartbeat loops use."""
@@ -102,13 +109,25 @@ def jittered(interval: float, *, factor: float, rng: random.Random) -> float:
 class NodeConditions:
     """The node's conditions with overrides (chaos: set/clear a condition) and transition times.
 
-    `lastTransitionTime` moves only when a condition's status changes; `lastHeartbeatTime` is
-    the time of the post.
+    A condition's value is its override if any, else what the eviction manager computed from
+    its signals (`set_pressure`), else its healthy default. `lastTransitionTime` moves only
+    when a condition's status changes; `lastHeartbeatTime` is the time of the post.
     """
 
     since: dict[str, float] = field(default_factory=dict)
     current: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     overrides: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    computed: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+
+    def set_pressure(self, active: frozenset[str]) -> bool:
+        """The pressure conditions the eviction manager finds True now; whether that changed."""
+        new = {c: PRESSURE_TRUE[c] for c in active if c in PRESSURE_TRUE}
+        changed = new != self.computed
+        self.computed = new
+        return changed
+
+    def _value(self, ctype: str) -> tuple[str, str, str]:
+        return self.overrides.get(ctype) or self.computed.get(ctype) or CONDITION_DEFAULTS[ctype]
 
     def set(self, ctype: str, status: str, *, reason: str | None = None, message: str | None = None) -> None:
         """Override one condition until `clear`."""
@@ -125,6 +144,7 @@ class NodeConditions:
     def statuses(self) -> dict[str, str]:
         """`{type: status}` as they stand (overrides applied)."""
         out = {t: v[0] for t, v in CONDITION_DEFAULTS.items()}
+        out.update({t: v[0] for t, v in self.computed.items()})
         out.update({t: v[0] for t, v in self.overrides.items()})
         return out
 
@@ -133,7 +153,7 @@ class NodeConditions:
         out: list[dict[str, Any]] = []
         types = [*CONDITION_DEFAULTS, *(t for t in self.overrides if t not in CONDITION_DEFAULTS)]
         for ctype in types:
-            value = self.overrides.get(ctype) or CONDITION_DEFAULTS[ctype]
+            value = self._value(ctype)
             if self.current.get(ctype, (None,))[0] != value[0]:
                 self.since[ctype] = now
             self.current[ctype] = value

@@ -191,8 +191,6 @@ class PodMachine:
     message: str | None = None
     terminal: bool = False
     terminating: bool = False
-    orphaned: bool = False
-    """The pod is gone from the API but its containers run on (zombie mode)."""
     transitions: dict[str, tuple[str, float]] = field(default_factory=dict)
     extra_conditions: list[dict[str, Any]] = field(default_factory=list)
     processes: ContainerProcesses | None = None

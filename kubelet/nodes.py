@@ -2,20 +2,26 @@
 
 An `EmulatedNode` owns, while powered on, up to five tasks: `boot` (registration, then starts
 the others), `lease` (Lease renewals), `status` (NodeStatus posts), `pods` (its pod informer
-and worker) and `evict` (only while MemoryPressure is set). Every switch of the admin
+and worker) and `evict` (the eviction manager: signals from the pods'
+emulated usage, pressure conditions, evictions; `kubemesh.kubelet.pressure`). Every switch of the admin
 endpoint maps onto starting or cancelling some of them:
 
 | operation          | effect                                                                |
 |--------------------|-----------------------------------------------------------------------|
 | power off          | cancel every task (in-flight requests are abandoned, watches close);  |
 |                    | the pods stay as they were in the API; the containers die with the    |
-|                    | machine unless zombie mode is on                                      |
+|                    | machine                                                               |
 | power on           | boot again, as a restarted kubelet: adopt the Node, resume the Lease, |
 |                    | relist its pods (force-deleted ones are gone; containers of surviving |
-|                    | pods restart with restartCount + 1, or run on in zombie mode)         |
+|                    | pods restart with restartCount + 1)                                   |
 | lease stop/resume  | cancel / restart only the Lease loop                                  |
 | status stop/resume | cancel / restart only the NodeStatus loop                             |
 | set/clear condition| override a condition; the status loop restarts to post it at once    |
+| partition / heal   | the machine runs on but cannot reach the apiserver: the Lease, status |
+|                    | and pod loops stop (nothing is written, no watch), the containers     |
+|                    | and the eviction manager run on; healing restarts the loops, whose    |
+|                    | relist finds what changed meanwhile (a pod deleted from the API has   |
+|                    | its containers stopped then, with a `Killing` event)                  |
 
 Guarantees: operations on one node never touch another node's tasks; every operation is
 idempotent (stopping a stopped loop does nothing) and undone by its opposite; a stopped loop
@@ -34,12 +40,14 @@ import structlog
 
 from kubemesh.kubelet.heartbeating import HeartbeatApi, LeaseRenewer, NodeConditions, StatusReporter
 from kubemesh.kubelet.podworking import PodApi, PodView, PodWorker
+from kubemesh.kubelet.pressure import EvictionManager, UsageResource, observe
 from kubemesh.kubelet.registering import full_status, node_ip, node_labels, node_object, pod_cidr, register
 from kubemesh.kubelet.resources import Resources, allocatable_of
 from kubemesh.kubelet.settings import KubeletSettings
 from kubemesh.services.machinery.clock import Clock
 from kubemesh.services.machinery.queueing import WorkQueue, run_workers
-from kubemesh.services.model.kinds import uid_of
+from kubemesh.services.model.kinds import Obj, uid_of
+from kubemesh.services.model.quantities import parse_quantity
 
 log = structlog.get_logger("kubelet.nodes")
 
@@ -52,7 +60,10 @@ class PodSource:
         raise NotImplementedError
 
     async def run(self, worker: PodWorker) -> None:
-        """Keep the view up to date until cancelled (a per-node watch runs here)."""
+        """Keep the view up to date until cancelled (a per-node watch runs here).
+
+        Once the view has synced, call `worker.resync_all()`.
+        """
         raise NotImplementedError
 
     def detach(self, worker: PodWorker) -> None:
@@ -87,7 +98,17 @@ class EmulatedNode:
         self.capacity = Resources.from_quantities(settings.node_capacity())
         self.allocatable = allocatable_of(capacity=settings.node_capacity(), reserved=settings.reserved)
         self.conditions = NodeConditions()
+        self.eviction = EvictionManager(thresholds=settings.eviction_thresholds(),
+                                        transition_period=settings.eviction_pressure_transition_period)
+        self._usage_capacity: dict[UsageResource, int] = {
+            "memory": self.capacity.get("memory"), "disk": self.capacity.get("ephemeral-storage"),
+            "pids": settings.max_pids}
+        self._default_memory = int(parse_quantity(settings.default_container_memory_usage))
+        self._quiet_pods: list[Obj] | None = None
         self.powered = False
+        self.partitioned = False
+        """The network between this machine and the apiserver is cut (`partition`)."""
+        self._boot_pending = False
         self.lease_stopped = settings.no_node_lease
         self.status_stopped = False
         self.uid: str | None = None
@@ -139,7 +160,10 @@ class EmulatedNode:
         if self.powered:
             return False
         self.powered = True
-        self._start("boot", self._boot())
+        if self.partitioned:
+            self._boot_pending = True  # it boots, but reaches the apiserver only when the partition heals
+        else:
+            self._start("boot", self._boot())
         return True
 
     def power_off(self) -> bool:
@@ -147,6 +171,7 @@ class EmulatedNode:
         if not self.powered:
             return False
         self.powered = False
+        self._boot_pending = False
         self._cancel()
         self.pod_source.detach(self.pods)
         self.pods.queue = None
@@ -180,8 +205,7 @@ class EmulatedNode:
         if not self.lease_stopped:
             self._start("lease", self.lease.run())
         self._start("pods", self._run_pods())
-        if self.conditions.statuses().get("MemoryPressure") == "True":
-            self._start("evict", self._evict_loop())
+        self._start("evict", self._evict_loop())
 
     async def _run_pods(self) -> None:
         queue: WorkQueue[str] = WorkQueue(clock=self.clock, name=f"pods:{self.name}")
@@ -190,11 +214,55 @@ class EmulatedNode:
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self.pod_source.run(self.pods), name=f"{self.name}:pod-view")
+                # No resync here: the source resyncs once its view has synced (`PodSource.run`).
+                # Before that, a pod this node still runs is merely unlisted, not deleted: after
+                # a partition heals, syncing it against an empty view would kill it.
                 tg.create_task(run_workers(queue, self.pods.sync, workers=1, name=f"kubelet:{self.name}"),
                                name=f"{self.name}:pod-worker")
-                self.pods.resync_all()
         finally:
             queue.shutdown(drain=False)
+
+    # -- network partition ----------------------------------------------------------------------
+
+    def partition(self) -> bool:
+        """Cut the machine off the apiserver; its containers run on. False if it was cut already.
+
+        The Lease, NodeStatus and pod loops stop (in-flight requests are abandoned, the pod
+        watch closes); the pod worker keeps its containers and the eviction manager keeps
+        observing them. The node controller sees a node that stopped heartbeating, as after a
+        power-off, but nothing died.
+        """
+        if self.partitioned:
+            return False
+        self.partitioned = True
+        if self.powered:
+            if "boot" in self.running_tasks():
+                self._cancel("boot")
+                self._boot_pending = True
+            self._cancel("status", "lease", "pods")
+            self.pod_source.detach(self.pods)
+            self.pods.queue = None
+        self._log.info("node partitioned from the apiserver")
+        return True
+
+    def heal(self) -> bool:
+        """Reconnect: the loops start again (the pod informer relists). False if it was not cut."""
+        if not self.partitioned:
+            return False
+        self.partitioned = False
+        self._log.info("node partition healed")
+        if not self.powered:
+            return True
+        if self._boot_pending or not self.registered:
+            self._boot_pending = False
+            self._start("boot", self._boot())
+            return True
+        if not self.status_stopped and self.status is not None:
+            self._start("status", self.status.run())
+        if not self.lease_stopped and self.lease is not None:
+            self._start("lease", self.lease.run())
+        self._start("pods", self._run_pods())
+        return True
 
     # -- loops --------------------------------------------------------------------------------
 
@@ -209,7 +277,7 @@ class EmulatedNode:
         """Renew again (at once)."""
         changed = self.lease_stopped
         self.lease_stopped = False
-        if self.powered and self.lease is not None:
+        if self.powered and not self.partitioned and self.lease is not None:
             self._start("lease", self.lease.run())
         return changed
 
@@ -228,7 +296,7 @@ class EmulatedNode:
         return changed
 
     def _restart_status(self) -> None:
-        if self.powered and self.status is not None and not self.status_stopped:
+        if self.powered and not self.partitioned and self.status is not None and not self.status_stopped:
             self._cancel("status")
             self._start("status", self.status.run())
 
@@ -237,39 +305,41 @@ class EmulatedNode:
         """Override a node condition and post it at once."""
         self.conditions.set(ctype, status, reason=reason, message=message)
         self._restart_status()
-        if ctype == "MemoryPressure":
-            if status == "True" and self.powered and self.registered:
-                self._start("evict", self._evict_loop())
-            elif status != "True":
-                self._cancel("evict")
 
     def clear_condition(self, ctype: str) -> bool:
         """Undo `set_condition`."""
         changed = self.conditions.clear(ctype)
         self._restart_status()
-        if ctype == "MemoryPressure":
-            self._cancel("evict")
         return changed
 
     async def _evict_loop(self) -> None:
-        # Upstream's eviction manager evicts at most one pod per monitoring interval while the
-        # signal stays above its threshold; here the signal is the condition set by chaos.
+        # Upstream's eviction manager: every monitoring interval it observes its signals, sets
+        # the pressure conditions, and evicts at most one pod while a threshold acts. It is
+        # local to the machine: it runs on while the node cannot reach the apiserver.
         while True:
-            self.pods.evict_one(now=self.clock.now())
+            self.eviction_pass()
             await self.clock.sleep(self.settings.eviction_monitoring_interval)
 
-    def set_zombie(self, enabled: bool) -> int:
-        """Zombie mode on/off; turning it off kills the orphans. The number of orphans killed."""
-        self.pods.faults.zombie = enabled
-        if enabled:
-            return 0
-        killed = len(self.pods.orphans)
+    def eviction_pass(self) -> str | None:
+        """One pass of the eviction manager; the key of the pod evicted, if any."""
         now = self.clock.now()
-        for m in self.pods.orphans.values():
-            m.kill_all(now=now)
-            self.pods.ips.release(m.pod_ip)
-        self.pods.orphans.clear()
-        return killed
+        pods = self.pods.usage_pods()
+        # Thresholds and capacity never change: while nothing is met and no condition lingers,
+        # the same pods (the same objects, held here so their ids stay theirs) give the same
+        # answer. Ten thousand idle nodes then cost a list comparison each per pass.
+        if self._quiet_pods is not None and len(pods) == len(self._quiet_pods) and all(
+                a is b for a, b in zip(pods, self._quiet_pods, strict=True)):
+            return None
+        observations = observe(pods, capacity=self._usage_capacity, default_container_memory=self._default_memory)
+        decision = self.eviction.synchronize(now=now, observations=observations)
+        self._quiet_pods = None if decision.met or decision.conditions else pods
+        if self.conditions.set_pressure(decision.conditions):
+            self._log.info("pressure conditions", active=sorted(decision.conditions),
+                           met=[t.signal for t in decision.met])
+        if decision.act_on is None:
+            return None
+        return self.pods.evict_for(now=now, threshold=decision.act_on,
+                                   observation=observations[decision.act_on.signal])
 
     # -- introspection ------------------------------------------------------------------------
 
@@ -277,7 +347,8 @@ class EmulatedNode:
         """The node's state for `GET /nodes`."""
         out: dict[str, Any] = {
             "name": self.name, "index": self.identity.index, "uid": self.uid,
-            "powered": self.powered, "registered": self.registered, "boots": self.boots,
+            "powered": self.powered, "partitioned": self.partitioned, "registered": self.registered,
+            "boots": self.boots,
             "lease": {"stopped": self.lease_stopped,
                       "renewals": self.lease.renewals if self.lease else 0,
                       "failures": self.lease.failures if self.lease else 0,
@@ -288,8 +359,7 @@ class EmulatedNode:
                        "lastPost": self.status.last_post if self.status else None},
             "conditions": self.conditions.statuses(),
             "overrides": sorted(self.conditions.overrides),
-            "faults": {"startDelay": self.pods.faults.start_delay, "stopDelay": self.pods.faults.stop_delay,
-                       "zombie": self.pods.faults.zombie},
+            "faults": {"startDelay": self.pods.faults.start_delay, "stopDelay": self.pods.faults.stop_delay},
             "tasks": self.running_tasks(),
         }
         if pods:

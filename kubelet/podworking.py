@@ -18,9 +18,12 @@ based, from the cached pod and the local machine:
 Races and invariants:
 
 * The pod seen here may be stale; nothing is assumed beyond what the cache shows. A pod that
-  vanished from the cache (deleted, force-deleted while the node was off, or recreated with a
-  new uid) has its containers killed at once, unless the node is in zombie mode: then they run
-  on as orphans, which is the at-most-one violation `kubectl delete --force` warns about.
+  vanished from the cache (deleted, force-deleted while the node was off or partitioned, or
+  recreated with a new uid) has its containers killed at once; for each container that was
+  still running the kubelet posts a `Killing` event ("Stopping container NAME", source host the
+  node, involvedObject the pod's old uid). After a network partition (`EmulatedNode.partition`)
+  that event is how the node reports that it ran a pod the API had already given up: the
+  at-most-one violation `kubectl delete --force` warns about.
 * Writes go through the node's pod client, never the heartbeat client: a slow status write
   does not delay a heartbeat.
 * One worker per node: a node's pods are synced one at a time (upstream's status manager also
@@ -39,14 +42,22 @@ import structlog
 
 from kubemesh.kubelet.containerlogs import ContainerLog
 from kubemesh.kubelet.lifecycle import PodMachine
-from kubemesh.kubelet.pressure import eviction_message, pressure_rejection, rank_for_memory_eviction
+from kubemesh.kubelet.pressure import (
+    RESOURCE_NAME,
+    SIGNALS,
+    Observation,
+    Threshold,
+    eviction_message,
+    pressure_rejection,
+    rank_for_eviction,
+)
 from kubemesh.kubelet.processes import PodProcesses, ProcessRuntime
 from kubemesh.kubelet.resources import Resources, admit, pod_requests
 from kubemesh.kubelet.settings import KubeletSettings
-from kubemesh.services.machinery.client import ConflictError, ForbiddenError, NotFoundError, PatchType
-from kubemesh.services.machinery.clock import Clock
+from kubemesh.services.machinery.client import ApiError, ConflictError, ForbiddenError, NotFoundError, PatchType
+from kubemesh.services.machinery.clock import Clock, format_time
 from kubemesh.services.machinery.queueing import Result, WorkQueue
-from kubemesh.services.model.kinds import PODS, Kind, Obj, name_of, namespace_of, uid_of
+from kubemesh.services.model.kinds import EVENTS, PODS, Kind, Obj, name_of, namespace_of, uid_of
 from kubemesh.services.model.quantities import parse_quantity
 
 log = structlog.get_logger("kubelet.podworking")
@@ -72,6 +83,10 @@ class PodApi(Protocol):
     async def patch(self, kind: Kind, name: str, patch: Obj | list[Obj], *, namespace: str | None = None,
                     patch_type: PatchType = "merge", subresource: str | None = None) -> Obj:
         """PATCH an object."""
+        ...
+
+    async def create(self, kind: Kind, body: Obj, *, namespace: str | None = None) -> Obj:
+        """POST an object (the kubelet's events)."""
         ...
 
     async def delete(self, kind: Kind, name: str, *, namespace: str | None = None,
@@ -132,8 +147,6 @@ class Faults:
     """Added to every container start (slow image pulls)."""
     stop_delay: float | None = None
     """Replaces the containers' SIGTERM exit time (containers that ignore SIGTERM)."""
-    zombie: bool = False
-    """Keep running the containers of pods that vanished from the API."""
 
 
 @dataclass(slots=True)
@@ -153,8 +166,6 @@ class PodWorker:
     view: PodView | None = None
     faults: Faults = field(default_factory=Faults)
     entries: dict[str, _Entry] = field(default_factory=dict)
-    orphans: dict[str, PodMachine] = field(default_factory=dict)
-    """Zombie containers by pod uid: their pod is gone from the API."""
     queue: WorkQueue[str] | None = None
     ips: IpAllocator = field(init=False)
     rebooted: bool = False
@@ -201,7 +212,10 @@ class PodWorker:
         pod = self.view.get(key) if self.view is not None else None
         entry = self.entries.get(key)
         if entry is not None and (pod is None or uid_of(pod) != entry.machine.uid):
+            killed = list(entry.machine.running_containers)
             self._forget(key, entry, now)
+            if killed:
+                await self._killing_events(entry.pod, killed, now=now)
             entry = None
         if pod is None:
             return None
@@ -277,12 +291,9 @@ class PodWorker:
     def _forget(self, key: str, entry: _Entry, now: float) -> None:
         m = entry.machine
         del self.entries[key]
-        if self.faults.zombie and m.running_containers:
-            m.orphaned = True
-            self.orphans[m.uid] = m
-            log.bind(node=self.node).warning("pod gone from the API; zombie containers keep running", pod=key,
-                              uid=m.uid, containers=m.running_containers)
-            return
+        if m.running_containers:
+            log.bind(node=self.node).info("pod gone from the API; stopping its containers", pod=key, uid=m.uid,
+                                          containers=m.running_containers)
         m.kill_all(now=now)
         if entry.processes is not None:
             entry.processes.remove()
@@ -300,6 +311,24 @@ class PodWorker:
             log.bind(node=self.node).info("pod status not written", pod=f"{namespace_of(pod)}/{name_of(pod)}",
                            error=str(exc))
 
+    async def _killing_events(self, pod: Obj, containers: list[str], *, now: float) -> None:
+        ns, name = namespace_of(pod), name_of(pod)
+        for i, container in enumerate(containers):
+            event: Obj = {
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": f"{name}.{int(now * 1e9):x}{i:02x}", "namespace": ns},
+                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name,
+                                   "uid": uid_of(pod), "fieldPath": f"spec.containers{{{container}}}"},
+                "reason": "Killing", "message": f"Stopping container {container}", "type": "Normal",
+                "source": {"component": "kubelet", "host": self.node},
+                "reportingComponent": "kubelet", "reportingInstance": self.node,
+                "firstTimestamp": format_time(now), "lastTimestamp": format_time(now), "count": 1,
+            }
+            try:
+                await self.api.create(EVENTS, event, namespace=ns)
+            except ApiError as exc:  # an event is never worth failing a sync for
+                log.bind(node=self.node).debug("event not written", pod=f"{ns}/{name}", error=str(exc))
+
     async def _final_delete(self, pod: Obj) -> None:
         # NotFound: already gone. Conflict: the name now belongs to another pod, not ours to delete.
         with contextlib.suppress(NotFoundError, ConflictError, ForbiddenError):
@@ -308,21 +337,30 @@ class PodWorker:
 
     # -- chaos and pressure -------------------------------------------------------------------
 
-    def evict_one(self, *, now: float) -> str | None:
-        """Evict the pod upstream's memory ranking puts first; its key, or None."""
+    def usage_pods(self) -> list[Obj]:
+        """The pods whose containers use the node's resources now (admitted, not terminal)."""
+        return [e.pod for e in self.entries.values() if e.machine.admitted_at is not None
+                and not e.machine.terminal and e.machine.running_containers]
+
+    def evict_for(self, *, now: float, threshold: Threshold, observation: Observation) -> str | None:
+        """Evict the pod upstream's ranking for `threshold`'s resource puts first; its key, or None."""
+        resource = SIGNALS.get(threshold.signal) or "memory"
         candidates = {id(e.pod): k for k, e in self.entries.items()
                       if e.machine.admitted_at is not None and not e.machine.terminal
-                      and not e.machine.terminating}
+                      and not e.machine.terminating and e.machine.running_containers}
         pods = [self.entries[k].pod for k in candidates.values()]
-        ranked = rank_for_memory_eviction(
-            pods, default_container_usage=int(parse_quantity(self.settings.default_container_memory_usage)))
+        default_memory = int(parse_quantity(self.settings.default_container_memory_usage))
+        ranked = rank_for_eviction(pods, resource, default_container_memory=default_memory)
         if not ranked:
             return None
         key = candidates[id(ranked[0])]
         m = self.entries[key].machine
-        m.evict(now=now, message=eviction_message(resource="memory"))
+        m.evict(now=now, message=eviction_message(resource=RESOURCE_NAME[resource], threshold=threshold,
+                                                  observation=observation, pod=ranked[0],
+                                                  default_container_memory=default_memory))
         self.ips.release(m.pod_ip)
-        log.bind(node=self.node).info("pod evicted", pod=key, reason="memory pressure")
+        log.bind(node=self.node).info("pod evicted", pod=key, signal=threshold.signal,
+                                      available=observation.available)
         self.enqueue(key)
         return key
 
@@ -340,19 +378,12 @@ class PodWorker:
         return hit
 
     def power_lost(self) -> None:
-        """The machine went down: every container died with it.
-
-        Unless zombie mode keeps them: then the node behaves as a frozen or partitioned
-        machine whose processes live on.
-        """
-        if self.faults.zombie:
-            return
+        """The machine went down: every container died with it."""
         for entry in self.entries.values():
             self.ips.release(entry.machine.pod_ip)
             if entry.processes is not None:
                 entry.processes.kill_all()
         self.entries.clear()
-        self.orphans.clear()
         self.rebooted = True
 
     def container_log(self, key: str, container: str, *, previous: bool) -> tuple[ContainerLog, Callable[[], bool]]:
@@ -371,8 +402,6 @@ class PodWorker:
             "pods": {k: {"uid": e.machine.uid, "phase": e.machine.phase, "podIP": e.machine.pod_ip,
                          "running": e.machine.running_containers, "terminating": e.machine.terminating}
                      for k, e in sorted(self.entries.items())},
-            "zombies": {uid: {"pod": m.key, "running": m.running_containers}
-                        for uid, m in sorted(self.orphans.items())},
             "logStreams": self.log_streams,
             "allocatable": self.allocatable.to_quantities(),
             "used": sum_requests(self.admitted_pods()).to_quantities(),

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 
 from kubemesh.kubelet import admin
 from kubemesh.kubelet.hosting import KubeletHost
+from kubemesh.kubelet.pressure import parse_duration
 from kubemesh.kubelet.settings import KubeletSettings, parse_capacity
 from kubemesh.services.process.component import ComponentContext
 
@@ -43,6 +44,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--default-run-seconds", type=float, default=d.default_run_seconds,
                    help="cluster seconds a run-to-completion pod's containers run before exiting 0 when the pod "
                         "has no kubemesh.io/run-seconds annotation (negative: until stopped)")
+    g.add_argument("--eviction-hard", default=d.eviction_hard,
+                   help="hard eviction thresholds, e.g. memory.available<100Mi,nodefs.available<10%%")
+    g.add_argument("--eviction-soft", default=d.eviction_soft, help="soft eviction thresholds (same syntax)")
+    g.add_argument("--eviction-soft-grace-period", default=d.eviction_soft_grace_period,
+                   help="grace period of each soft threshold, e.g. memory.available=1m30s")
+    g.add_argument("--eviction-pressure-transition-period", type=parse_duration,
+                   default=d.eviction_pressure_transition_period,
+                   help="how long a pressure condition stays True after its threshold was last met "
+                        "(cluster time; 5m0s, 300s or 300)")
+    g.add_argument("--max-pids", type=int, default=d.max_pids, help="the node's PID limit (pid.available)")
     g.add_argument("--pod-watch", choices=("per-node", "shared"), default=d.pod_watch,
                    help="each node watches its own pods, or one watch for the process")
     g.add_argument("--register-concurrency", type=int, default=d.register_concurrency)
@@ -69,6 +80,9 @@ def settings_from_args(args: argparse.Namespace, *, bugs: Iterable[str] = ()) ->
         pod_watch=args.pod_watch, runtime=args.runtime, runtime_dir=args.runtime_dir,
         image_commands={k: tuple(v.split()) for k, _, v in (x.partition("=") for x in args.image_command)},
         register_concurrency=args.register_concurrency, no_node_lease="no-node-lease" in set(bugs),
+        eviction_hard=args.eviction_hard, eviction_soft=args.eviction_soft,
+        eviction_soft_grace_period=args.eviction_soft_grace_period,
+        eviction_pressure_transition_period=args.eviction_pressure_transition_period, max_pids=args.max_pids,
     )
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from kubemesh.kubelet.pressure import DEFAULT_EVICTION_HARD, Threshold, parse_grace_periods, parse_thresholds
 from kubemesh.services.model.quantities import parse_quantity
 
 DEFAULT_CAPACITY: Final[Mapping[str, str]] = {
@@ -110,9 +111,20 @@ class KubeletSettings:
     crash_loop_max: float = 300.0
     """... up to this cap."""
     eviction_monitoring_interval: float = 10.0
-    """How often the eviction manager evicts one more pod while a node is under pressure."""
+    """How often the eviction manager observes its signals and evicts at most one pod."""
     default_container_memory_usage: str = "64Mi"
-    """Emulated usage of a container without a memory request (pressure ranking)."""
+    """Emulated usage of a container without a memory request (`kubemesh.kubelet.pressure`)."""
+    eviction_hard: str = DEFAULT_EVICTION_HARD
+    """`--eviction-hard`: thresholds that act at once (upstream's Linux defaults)."""
+    eviction_soft: str = ""
+    """`--eviction-soft`: thresholds that act once met for their grace period (none by default)."""
+    eviction_soft_grace_period: str = ""
+    """`--eviction-soft-grace-period`, e.g. `memory.available=1m30s` (one per soft threshold)."""
+    eviction_pressure_transition_period: float = 300.0
+    """`--eviction-pressure-transition-period`: a pressure condition stays True this long after
+    its last threshold was last met."""
+    max_pids: int = 4_194_304
+    """The node's PID limit (`pid.available` = this minus the pods' emulated PIDs)."""
     pod_watch: PodWatch = "per-node"
     """`per-node`: each node watches its own pods (field selector spec.nodeName), as real
     kubelets do. `shared`: one watch of all pods for the process, dispatched by node (cheaper
@@ -143,6 +155,7 @@ class KubeletSettings:
             raise ValueError("renew interval fraction must be in (0, 1)")
         for value in (*self.capacity.values(), *self.reserved.values()):
             parse_quantity(value)
+        self.eviction_thresholds()
 
     @property
     def lease_renew_interval(self) -> float:
@@ -155,6 +168,12 @@ class KubeletSettings:
         if self.node_status_report_frequency is None:
             return self.node_status_update_frequency
         return self.node_status_report_frequency
+
+    def eviction_thresholds(self) -> list[Threshold]:
+        """The hard and soft eviction thresholds (raises ValueError when a flag is malformed)."""
+        grace = parse_grace_periods(self.eviction_soft_grace_period)
+        return [*parse_thresholds(self.eviction_hard, hard=True),
+                *parse_thresholds(self.eviction_soft, hard=False, grace_periods=grace)]
 
     def node_names(self) -> list[str]:
         """The names of the nodes this process hosts, in index order."""

@@ -58,7 +58,7 @@ from typing import Any, Final, get_args
 
 import aiohttp
 
-from kubemesh.scenarios.framework import EXPECTED, Mode, NodeAccess, Scenario, ScenarioContext, Verdict
+from kubemesh.scenarios.framework import Mode, NodeAccess, Scenario, ScenarioContext, Verdict
 from kubemesh.scenarios.reporting import RunResult, guarded_run, write_report
 from kubemesh.services.machinery.client import AlreadyExistsError, ApiClient, ApiError, ConflictError, NotFoundError
 from kubemesh.services.machinery.clock import ClusterClock
@@ -464,7 +464,7 @@ async def run_attached(scenario: Scenario, *, target: ExistingMesh, mode: Mode, 
                           evidence=(*verdict.evidence, *(f"cleanup failed: {f}" for f in cleanup_failures)))
     result = RunResult(scenario=scenario.name, mode=mode, seed=seed, outcome=verdict.outcome,
                        wall_s=time.monotonic() - started, cluster_s=cluster_s, report=str(out.resolve()),
-                       summary=verdict.summary, expected=EXPECTED[mode], startup_s=None,
+                       summary=verdict.summary, expected=scenario.expected[mode], startup_s=None,
                        evidence=list(verdict.evidence), bugs=list(scenario.bugs_for(mode)))
     write_report(out, scenario=scenario, result=result, verdict=verdict, ctx=ctx, history=history, events=events,
                  t0=t0, t_end=t_end, clock_rate=rate)

@@ -25,7 +25,7 @@ stack publishes only the apiserver), through the chaos front door (`node_access`
 Faults off (`ScenarioContext(faults=False)`, what `kubemesh scenario verify` runs besides the
 normal runs): every injection made through the context (`add_fault`/`fault`, `power_off`/
 `power_on`, `set_condition`/`clear_condition`, and every kubelet admin operation other than a
-GET, such as the zombie toggle or a container kill) is recorded in `ctx.skipped` and in the steps,
+GET, such as a container kill) is recorded in `ctx.skipped` and in the steps,
 and does nothing; the scenario still runs its workload and its oracle. An oracle that reads its
 evidence from the history then finds that the race window never opened and says inconclusive;
 no scenario needs code of its own for this.
@@ -51,7 +51,9 @@ from kubemesh.services.mesh.chaos_client import Chaos
 from kubemesh.services.mesh.endpoint import MeshEndpoint, MeshError
 from kubemesh.services.model.kinds import EVENTS, NODES, PODS, Obj
 
-Outcome = Literal["reproduced", "prevented", "inconclusive"]
+Outcome = Literal["reproduced", "prevented", "inconclusive", "hazard"]
+"""`hazard`: the run showed an operator hazard (e.g. a force delete while the node is
+partitioned), not a code bug; a scenario that shows one says so in `Scenario.expected`."""
 Mode = Literal["buggy", "fixed"]
 MODES: Final[tuple[Mode, ...]] = ("buggy", "fixed")
 EXPECTED: Final[Mapping[Mode, Outcome]] = {"buggy": "reproduced", "fixed": "prevented"}
@@ -133,6 +135,9 @@ class Scenario(ABC):
     the scenario's docstring says why."""
     needs_chaos: ClassVar[bool] = False
     """Whether the scenario needs the chaos front door (`/chaos/v1/faults`)."""
+    expected: ClassVar[Mapping[Mode, Outcome]] = EXPECTED
+    """The outcome each mode must have (`EXPECTED`, or `hazard` for the mode that shows an
+    operator hazard instead of a bug)."""
     shape: ClassVar[MeshShape] = MeshShape()
     deadline: ClassVar[float] = 600.0
     """Cluster seconds after which the runner gives up on `run` (inconclusive)."""
@@ -345,7 +350,7 @@ class ScenarioContext:
             return None
 
     async def node_op(self, node: str, op: str, body: Any = None, *, method: str = "POST") -> Any:
-        """One kubelet admin operation on a node (`power-off`, `conditions`, `zombie`, ...).
+        """One kubelet admin operation on a node (`power-off`, `conditions`, `partition`, ...).
 
         It goes to the kubelet that registered the node; raises `ScenarioError`. With faults off,
         every operation but a GET is an injection: recorded as skipped, not sent (returns None).

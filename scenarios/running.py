@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from kubemesh.scenarios.attached import ExistingMesh, run_attached
 from kubemesh.scenarios.catalog import SCENARIOS
-from kubemesh.scenarios.framework import EXPECTED, Mode, Outcome, Scenario, ScenarioContext, Verdict
+from kubemesh.scenarios.framework import Mode, Outcome, Scenario, ScenarioContext, Verdict
 from kubemesh.scenarios.reporting import RunResult, guarded_run, write_report
 from kubemesh.services.machinery.clock import ClusterClock
 from kubemesh.services.mesh.endpoint import MeshError
@@ -176,8 +176,9 @@ async def run_once(scenario: Scenario, *, mode: Mode, seed: int, clock_rate: flo
     _scrub_state(out / "mesh")
     result = RunResult(scenario=scenario.name, mode=mode, seed=seed, outcome=verdict.outcome, wall_s=wall_s,
                        cluster_s=cluster_s, report=str(out.resolve()), summary=verdict.summary,
-                       expected=expected or EXPECTED[mode], startup_s=startup, evidence=list(verdict.evidence),
-                       bugs=effective_bugs(scenario, mode, release), profile=release, faults=faults,
+                       expected=expected or scenario.expected[mode], startup_s=startup,
+                       evidence=list(verdict.evidence), bugs=effective_bugs(scenario, mode, release),
+                       profile=release, faults=faults,
                        skipped=list(ctx.skipped) if ctx is not None else [])
     write_report(out, scenario=scenario, result=result, verdict=verdict, ctx=ctx, history=history, events=events,
                  t0=t0, t_end=t_end, clock_rate=rate)

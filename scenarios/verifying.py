@@ -49,7 +49,7 @@ def mode_of(switch: bool) -> Mode:
 def expected_outcome(scenario: Scenario, *, switch: bool, faults: bool) -> Outcome:
     """The outcome a sound scenario has in a cell (see the module docstring)."""
     if faults or not scenario.window_needs_faults:
-        return "reproduced" if switch else "prevented"
+        return scenario.expected["buggy" if switch else "fixed"]
     return "inconclusive"
 
 

@@ -7,12 +7,17 @@ The filters, in upstream's order and with upstream's reasons:
 * **NodeName**: `spec.nodeName`, if set, must be the node.
 * **NodeUnschedulable**: `spec.unschedulable` keeps pods off unless they tolerate the
   `node.kubernetes.io/unschedulable` taint.
-* **NodeConditions** (the kubelet heartbeat's pressure conditions, as 1.7's predicates checked
-  them): DiskPressure keeps every pod off; MemoryPressure keeps BestEffort pods off.
-* **TaintToleration**: a NoSchedule/NoExecute taint the pod does not tolerate keeps it off. The
-  controller-manager expresses the pressure conditions as `node.kubernetes.io/*-pressure` taints;
-  pods of any QoS class other than BestEffort implicitly tolerate the memory-pressure taint, as
-  the control plane's admission gives them that toleration.
+* **NodeConditions**, only with the bug switch `pressure-predicates` (the scheduler before
+  TaintNodesByCondition, 1.7's CheckNodeMemoryPressure / CheckNodeDiskPressure and 1.10's
+  CheckNodePIDPressure): DiskPressure and PIDPressure keep every pod off; MemoryPressure keeps
+  BestEffort pods off and lets Burstable and Guaranteed pods on. Condition taints did not exist
+  then, so under the switch the `node.kubernetes.io/{memory,disk,pid}-pressure` taints are not
+  consulted either.
+* **TaintToleration**: a NoSchedule/NoExecute taint the pod does not tolerate keeps it off. Today
+  the scheduler reads no condition: the controller-manager expresses the pressure conditions as
+  `node.kubernetes.io/*-pressure` taints (TaintNodesByCondition), which keep off every pod
+  without a toleration, whatever its QoS class (the toleration that the PodTolerationRestriction
+  admission plugin gives non-BestEffort pods is not added: that plugin is off by default).
 * **NodeAffinity**: `nodeSelector` and required node affinity.
 * **NodeResourcesFit**: cpu, memory and pod count against allocatable, counting the pods
   nominated to the node with a priority at least the pod's (they will come back for the room).
@@ -41,7 +46,12 @@ from kubemesh.scheduler.caching import AffinityIndex, NodeInfo
 from kubemesh.scheduler.podinfo import PodInfo
 from kubemesh.scheduler.queueing import Nominator
 from kubemesh.services.model.podutil import tolerates
-from kubemesh.services.model.wellknown import TAINT_MEMORY_PRESSURE, TAINT_UNSCHEDULABLE
+from kubemesh.services.model.wellknown import (
+    TAINT_DISK_PRESSURE,
+    TAINT_MEMORY_PRESSURE,
+    TAINT_PID_PRESSURE,
+    TAINT_UNSCHEDULABLE,
+)
 
 Pair = tuple[str, str]
 NodeLookup = Callable[[str], Mapping[str, Any] | None]
@@ -69,6 +79,8 @@ F_NODE_NAME = Failure("NodeName", ("node(s) didn't match the requested node name
 F_UNSCHEDULABLE = Failure("NodeUnschedulable", ("node(s) were unschedulable",), True)
 F_DISK_PRESSURE = Failure("NodeConditions", ("node(s) had disk pressure",), True)
 F_MEMORY_PRESSURE = Failure("NodeConditions", ("node(s) had memory pressure",), True)
+F_PID_PRESSURE = Failure("NodeConditions", ("node(s) had pid pressure",), True)
+PRESSURE_TAINTS = frozenset({TAINT_MEMORY_PRESSURE, TAINT_DISK_PRESSURE, TAINT_PID_PRESSURE})
 F_NODE_AFFINITY = Failure("NodeAffinity", ("node(s) didn't match Pod's node affinity/selector",), True)
 F_EXISTING_ANTI = Failure("InterPodAffinity", ("node(s) didn't satisfy existing pods anti-affinity rules",))
 F_ANTI = Failure("InterPodAffinity", ("node(s) didn't match pod anti-affinity rules",))
@@ -271,20 +283,22 @@ def affinity_state_from_index(pod: PodInfo, index: AffinityIndex, nodes: Mapping
 class PodFilter:
     """Every filter for one pod in one cycle (see the module docstring)."""
 
-    __slots__ = ("affinity", "nominator", "pod")
+    __slots__ = ("affinity", "nominator", "pod", "pressure_predicates")
 
     def __init__(self, pod: PodInfo, *, affinity: AffinityState | None = None,
-                 nominator: Nominator | None = None) -> None:
+                 nominator: Nominator | None = None, pressure_predicates: bool = False) -> None:
         self.pod = pod
         self.affinity = affinity
         self.nominator = nominator if nominator is not None and len(nominator) else None
+        self.pressure_predicates = pressure_predicates
+        """The bug switch `pressure-predicates`: conditions, not condition taints (module docstring)."""
 
     def _taints(self, ni: NodeInfo) -> Failure | None:
         pod = self.pod
         for taint in ni.taints:
             if tolerates(pod.tolerations, taint):
                 continue
-            if taint.get("key") == TAINT_MEMORY_PRESSURE and not pod.best_effort:
+            if self.pressure_predicates and taint.get("key") in PRESSURE_TAINTS:
                 continue
             return _taint_failure(taint)
         return None
@@ -299,10 +313,13 @@ class PodFilter:
         if ni.unschedulable and not tolerates(
                 pod.tolerations, {"key": TAINT_UNSCHEDULABLE, "effect": "NoSchedule"}):
             return F_UNSCHEDULABLE
-        if ni.disk_pressure:
-            return F_DISK_PRESSURE
-        if ni.memory_pressure and pod.best_effort:
-            return F_MEMORY_PRESSURE
+        if self.pressure_predicates:
+            if ni.disk_pressure:
+                return F_DISK_PRESSURE
+            if ni.pid_pressure:
+                return F_PID_PRESSURE
+            if ni.memory_pressure and pod.best_effort:
+                return F_MEMORY_PRESSURE
         if ni.taints:
             f = self._taints(ni)
             if f is not None:

@@ -63,6 +63,7 @@ BUG_GHOST = "ghost-node-affinity-error"
 BUG_KEEP_MISSED_NODE = "keep-missed-node"
 BUG_NOMINATE_AFTER_PATCH = "nominate-after-patch"
 BUG_STALE_UPDATE = "stale-update-unnominates"
+BUG_PRESSURE_PREDICATES = "pressure-predicates"
 
 
 class SchedulerApi(Protocol):
@@ -250,7 +251,8 @@ class Scheduler:
         nodes = cache.nodes()
         ghost_bug = BUG_GHOST in self.bugs
         state = self._affinity_state(pi, nodes, ghost_bug=ghost_bug)
-        pod_filter = PodFilter(pi, affinity=state, nominator=self.nominator)
+        pod_filter = PodFilter(pi, affinity=state, nominator=self.nominator,
+                               pressure_predicates=BUG_PRESSURE_PREDICATES in self.bugs)
         if not nodes:
             raise FitError(pi, num_nodes=0, failures={})
         nominated = pi.nominated_node or self.nominator.node_of(pi.key)
@@ -296,7 +298,8 @@ class Scheduler:
         if not ok:
             return None, why
         state = self._affinity_state(pi, nodes)
-        pod_filter = PodFilter(pi, affinity=state, nominator=self.nominator)
+        pod_filter = PodFilter(pi, affinity=state, nominator=self.nominator,
+                               pressure_predicates=BUG_PRESSURE_PREDICATES in self.bugs)
         # Recheck every node: the cycle may have stopped filtering early, and time has passed.
         failures = {}
         for ni in nodes:

@@ -16,6 +16,7 @@ Admin contracts used (kubelet: `kubemesh.kubelet.admin`; components:
 `kubemesh.services.process.component` and `kubemesh.services.process.chaospoints`):
 
     POST   {kubelet}/nodes/{node}/power-off | power-on | lease/stop | lease/resume | status/stop | status/resume
+    POST   {kubelet}/nodes/{node}/partition | heal
     POST   {kubelet}/nodes/{node}/conditions          {"type","status","reason"?,"message"?}
     DELETE {kubelet}/nodes/{node}/conditions/{type}
     POST   {kubelet}/nodes/{node}/containers/fail     {"namespace"?,"pod"?,"container"?,"exitCode"?,"reason"?}
@@ -175,7 +176,8 @@ def plan_calls(f: Fault, target: str, base: str) -> tuple[EffectKey | None, Call
     t = f.spec.type
     n = f"{base}/nodes/{target}"
     simple = {"node.powerOff": ("power", "power-off", "power-on"), "node.leaseStop": ("lease", "lease/stop",
-              "lease/resume"), "node.statusStop": ("status", "status/stop", "status/resume")}
+              "lease/resume"), "node.statusStop": ("status", "status/stop", "status/resume"),
+              "node.partition": ("partition", "partition", "heal")}
     if t in simple:
         k, on, off = simple[t]
         return ("node", target, k), ("POST", f"{n}/{on}", None), ("POST", f"{n}/{off}", None)

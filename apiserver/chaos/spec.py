@@ -59,6 +59,7 @@ TYPES: Final[dict[str, Category]] = {
     "node.powerOff": "node",
     "node.leaseStop": "node",
     "node.statusStop": "node",
+    "node.partition": "node",
     "node.condition": "node",
     "node.containersFail": "node",
     "node.containersSlow": "node",

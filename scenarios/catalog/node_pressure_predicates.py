@@ -1,22 +1,33 @@
-"""node-pressure-predicates: MemoryPressure and DiskPressure, and eviction versus an OOM kill.
+"""node-pressure-predicates: a Burstable pod placed on a node under memory pressure, then evicted.
 
-There is no historic bug behind this scenario and no bug switch: both modes run the same
-mesh (today's behaviour). The two modes contrast two ways a node can lose memory:
+Before TaintNodesByCondition the scheduler read a node's pressure conditions itself (1.7's
+CheckNodeMemoryPressure predicate): under MemoryPressure only BestEffort pods were kept off; a
+Burstable pod was still placed there, where its memory use deepens the pressure and the kubelet's
+eviction manager has to evict it again. Today the node-lifecycle controller turns the condition
+into the `node.kubernetes.io/memory-pressure:NoSchedule` taint and the scheduler reads taints only:
+a pod without a toleration stays off the node, whatever its QoS class. Bug switch
+`pressure-predicates` (scheduler) brings the predicates back.
 
-* **buggy mode = "oom-kill"**: memory runs out before the kubelet's eviction threshold is
-  crossed, so the kernel's OOM killer acts (chaos: the BestEffort hog's container exits
-  `OOMKilled`/137). The container is restarted in place by its restartPolicy; the pod keeps its
-  place on the node (restartCount grows, phase Running, no eviction). That is the outcome
-  reported as "reproduced": the memory hog stays where it is.
-* **fixed mode = "kubelet eviction"**: the kubelet reports MemoryPressure and its eviction
-  manager evicts, BestEffort first: the hog ends Failed with reason Evicted (its controller
-  would place a replacement elsewhere) and the Guaranteed pod on the node is untouched.
-  Reported as "prevented".
+Nothing is injected; the pressure comes from the pods' emulated usage (`kubemesh.io/usage`,
+`kubemesh.kubelet.pressure`). The kubelets run with a soft threshold `memory.available<1Gi` and a
+grace period of one hour (besides the default hard `memory.available<100Mi`), as a node operator
+sets it to see pressure long before evicting:
 
-Both modes also check the scheduling predicates (safety, `never` over 20 cluster seconds):
-under MemoryPressure a BestEffort pod is kept off the node while a Burstable pod is admitted;
-under DiskPressure every pod is kept off. A violated predicate makes the run inconclusive
-(the contrast is then not measured on a healthy control plane).
+1. `hog` (Guaranteed, 3500Mi requested and used) on node-1 leaves 596Mi of its 4Gi: the soft
+   threshold is met, the kubelet reports MemoryPressure=True (it evicts nothing: the grace period
+   has not passed) and the controller-manager taints node-1 memory-pressure:NoSchedule;
+2. then `be` (BestEffort) and `bu` (Burstable: requests 64Mi, uses 600Mi) are created, both
+   pinned to node-1 by nodeSelector.
+
+Oracle, read from the API and the history after the scheduler decided:
+
+* window: node-1 reported MemoryPressure=True (computed by its kubelet from usage) from before
+  the pods were created until the scheduler decided; otherwise inconclusive;
+* `be` must stay unbound in both modes (predicate or taint); otherwise inconclusive;
+* reproduced: `bu` was bound to node-1 under MemoryPressure (the binding in the history); the
+  evidence adds what followed: the kubelet admitted it, its 600Mi pushed memory.available under
+  the hard threshold and the eviction manager evicted it (Failed/Evicted, upstream's message);
+* prevented: `bu` stayed unbound throughout, refused for the untolerated memory-pressure taint.
 """
 
 from __future__ import annotations
@@ -25,149 +36,130 @@ from typing import Any, ClassVar
 
 from kubemesh.scenarios import oracles
 from kubemesh.scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
+from kubemesh.scenarios.records import select
 from kubemesh.scenarios.workloads import HOSTNAME, pod
+from kubemesh.services.machinery.clock import parse_time
 from kubemesh.services.model.kinds import PODS
+from kubemesh.services.model.wellknown import TAINT_MEMORY_PRESSURE
 
-PREDICATE_WINDOW = 20.0
-"""Cluster seconds during which the pressure predicates must hold."""
-REACTION = 40.0
-"""Cluster seconds given to the node for the eviction or the restart (one eviction per 10 s)."""
+NODE = "node-1"
+DECIDE = 30.0
+"""Cluster seconds the scheduler is given to place (or keep refusing) the pods."""
+EVICTION = 40.0
+"""Cluster seconds given to the eviction manager (one pass per 10 s) once `bu` runs."""
 
 
 def _status(p: dict[str, Any] | None) -> dict[str, Any]:
     return (p or {}).get("status") or {}
 
 
-def _restarts(p: dict[str, Any] | None) -> int:
-    return sum(int(c.get("restartCount") or 0) for c in _status(p).get("containerStatuses") or [])
-
-
-def _last_reason(p: dict[str, Any] | None) -> str:
-    for c in _status(p).get("containerStatuses") or []:
-        term = (c.get("lastState") or {}).get("terminated") or {}
-        if term.get("reason"):
-            return str(term["reason"])
-    return ""
-
-
 class NodePressurePredicates(Scenario):
     """See the module docstring."""
 
     name: ClassVar[str] = "node-pressure-predicates"
-    summary: ClassVar[str] = ("no historic bug: MemoryPressure keeps BestEffort pods off, DiskPressure keeps all "
-                              "pods off; buggy mode = an OOM kill (restart in place), fixed mode = kubelet eviction")
-    upstream: ClassVar[tuple[str, ...]] = ("no upstream bug: scheduler CheckNodeMemoryPressure/DiskPressure "
-                                           "predicates and the kubelet eviction manager",)
-    bugs: ClassVar[tuple[str, ...]] = ()
+    summary: ClassVar[str] = ("memory pressure from pods' usage: the 1.7 predicate places a Burstable pod on the "
+                              "MemoryPressure node (then evicted); the condition taint keeps it off")
+    upstream: ClassVar[tuple[str, ...]] = ("kubernetes v1.7 CheckNodeMemoryPressure predicate",
+                                           "TaintNodesByCondition (GA 1.17)", "kubelet eviction manager")
+    bugs: ClassVar[tuple[str, ...]] = ("pressure-predicates",)
     profile: ClassVar[str] = "1.7"
-    shape: ClassVar[MeshShape] = MeshShape(nodes=3, clock_rate=60.0)
+    window_needs_faults: ClassVar[bool] = False
+    """The window is opened by the workload (usage), not by a fault: faults off changes nothing."""
+    shape: ClassVar[MeshShape] = MeshShape(nodes=3, clock_rate=60.0, capacity="cpu=4,memory=4Gi,pods=110",
+                                           extra_args={"kubelet": ["--eviction-soft", "memory.available<1Gi",
+                                                                   "--eviction-soft-grace-period",
+                                                                   "memory.available=1h"]})
     deadline: ClassVar[float] = 300.0
 
     async def run(self, ctx: ScenarioContext) -> Verdict:
-        """Set up, inject, observe (see the module docstring)."""
-        sel = {f"node-{i}": {HOSTNAME: f"node-{i}"} for i in (1, 2, 3)}
-        await ctx.client.create(PODS, pod("hog", node_selector=sel["node-1"]), namespace="default")
-        await ctx.client.create(PODS, pod("steady", cpu="100m", memory="128Mi",
-                                          limits={"cpu": "100m", "memory": "128Mi"},
-                                          node_selector=sel["node-1"]), namespace="default")
-        ctx.focus("pods", "default/hog", "default/steady", "default/be-mem", "default/bu-mem", "default/bu-disk")
-        ctx.focus("nodes", "node-1", "node-2", "node-3")
+        """Set up, observe, judge (see the module docstring)."""
+        pin = {HOSTNAME: NODE}
+        ctx.focus("pods", "default/hog", "default/be", "default/bu")
+        ctx.focus("nodes", NODE)
+        await ctx.client.create(PODS, pod("hog", cpu="100m", memory="3500Mi",
+                                          limits={"cpu": "100m", "memory": "3500Mi"}, node_selector=pin),
+                                namespace="default")
 
-        async def both_running() -> bool:
-            pods = [await ctx.pod(n) for n in ("hog", "steady")]
-            return all(oracles.is_running(p) for p in pods)
+        async def hog_running() -> bool:
+            return oracles.is_running(await ctx.pod("hog"))
 
-        if not await ctx.until(both_running, within=30):
-            raise ScenarioError("hog (BestEffort) and steady (Guaranteed) never ran on node-1")
-        ctx.say("hog (BestEffort) and steady (Guaranteed) Running on node-1")
+        if not await ctx.until(hog_running, within=30):
+            raise ScenarioError(f"hog (Guaranteed, 3500Mi) never ran on {NODE}")
+        ctx.say(f"hog Running on {NODE}: memory.available 596Mi, under the soft threshold 1Gi")
 
-        # -- the predicates (both modes) -----------------------------------------------------
-        await ctx.set_condition("node-3", "MemoryPressure", reason="KubeletHasInsufficientMemory")
-        await ctx.set_condition("node-2", "DiskPressure", reason="KubeletHasDiskPressure")
+        async def pressure_seen() -> bool:
+            node = await ctx.node(NODE)
+            cond = oracles.condition(node, "MemoryPressure") or {}
+            return cond.get("status") == "True" and f"{TAINT_MEMORY_PRESSURE}:NoSchedule" in oracles.taint_keys(node)
 
-        async def conditions_posted() -> bool:
-            n2, n3 = await ctx.node("node-2"), await ctx.node("node-3")
-            return ((oracles.condition(n3, "MemoryPressure") or {}).get("status") == "True"
-                    and (oracles.condition(n2, "DiskPressure") or {}).get("status") == "True")
+        if not await ctx.until(pressure_seen, within=60):
+            node = await ctx.node(NODE)
+            return oracles.inconclusive(
+                f"the window did not open: {NODE} never reported MemoryPressure with its taint",
+                [f"{NODE} MemoryPressure: {oracles.condition(node, 'MemoryPressure')}",
+                 f"{NODE} taints: {sorted(oracles.taint_keys(node))}"])
+        ctx.mark(f"{NODE} MemoryPressure (from usage) and tainted", lane=f"node/{NODE}")
+        t_create = ctx.now()
+        await ctx.client.create(PODS, pod("be", node_selector=pin), namespace="default")
+        bu = pod("bu", cpu="100m", memory="64Mi", node_selector=pin)
+        bu["metadata"]["annotations"] = {"kubemesh.io/usage": "memory=600Mi"}
+        await ctx.client.create(PODS, bu, namespace="default")
+        ctx.mark("create be (BestEffort) and bu (Burstable, uses 600Mi), pinned to node-1", lane="scenario",
+                 at=t_create)
 
-        if not await ctx.until(conditions_posted, within=30):
-            raise ScenarioError("the kubelet never posted the pressure conditions")
-        await ctx.client.create(PODS, pod("be-mem", node_selector=sel["node-3"]), namespace="default")
-        await ctx.client.create(PODS, pod("bu-mem", cpu="100m", node_selector=sel["node-3"]), namespace="default")
-        await ctx.client.create(PODS, pod("bu-disk", cpu="100m", node_selector=sel["node-2"]), namespace="default")
-        ctx.mark("create be-mem, bu-mem (node-3) and bu-disk (node-2)", lane="scenario")
+        async def bu_bound() -> str | None:
+            return oracles.node_name(await ctx.pod("bu")) or None
 
-        async def bu_mem_running() -> bool:
-            return oracles.is_running(await ctx.pod("bu-mem"))
-
-        admitted = await oracles.eventually(ctx, "Burstable bu-mem Running on node-3 (MemoryPressure)",
-                                            bu_mem_running, within=PREDICATE_WINDOW)
-
-        async def kept_off_violation() -> str | None:
-            for name in ("be-mem", "bu-disk"):
-                n = oracles.node_name(await ctx.pod(name))
-                if n:
-                    return f"{name} was bound to {n}"
-            return None
-
-        kept_off = await oracles.never(ctx, "be-mem and bu-disk stay unbound", kept_off_violation,
-                                       during=PREDICATE_WINDOW)
-        evidence = [admitted.describe(ctx.t0), kept_off.describe(ctx.t0)]
-        for name in ("be-mem", "bu-disk"):
+        bound = await oracles.eventually(ctx, f"bu bound to {NODE}", bu_bound, within=DECIDE)
+        t_decided = ctx.now()
+        evidence = [bound.describe(ctx.t0)]
+        be = await ctx.pod("be")
+        node = await ctx.node(NODE)
+        cond = oracles.condition(node, "MemoryPressure") or {}
+        since = parse_time(str(cond["lastTransitionTime"])) if cond.get("lastTransitionTime") else None
+        evidence.append(f"{NODE} MemoryPressure {cond.get('status')} ({cond.get('reason')}) since "
+                        + (f"t={since - ctx.t0:.1f}s" if since is not None else "-"))
+        under_pressure = cond.get("status") == "True" and since is not None and since <= t_create
+        if not under_pressure:
+            return oracles.inconclusive(
+                f"the window did not stay open: {NODE} was not under MemoryPressure from before the pods were "
+                "created until the scheduler decided", evidence)
+        if oracles.node_name(be):
+            return oracles.inconclusive(f"be (BestEffort) was bound to {oracles.node_name(be)} under "
+                                        "MemoryPressure: neither the predicate nor the taint held", evidence)
+        for name in ("be", "bu"):
             ev = await ctx.events_about(name, reason="FailedScheduling")
             if ev:
                 evidence.append(f"{name} FailedScheduling: {ev[-1].get('message')}")
-        if not admitted.held or not kept_off.held:
-            return oracles.inconclusive(
-                "the pressure predicates did not hold ("
-                + ("; ".join(d for d, ok in ((admitted.describe(ctx.t0), admitted.held),
-                                             (f"{kept_off.value}", kept_off.held)) if not ok))
-                + "), so the eviction/OOM contrast is not measured", evidence)
-        ctx.say("predicates held: BestEffort kept off MemoryPressure, every pod kept off DiskPressure")
 
-        # -- the contrast on node-1 ----------------------------------------------------------------
-        if ctx.mode == "buggy":
-            await ctx.node_op("node-1", "containers/fail",
-                              {"namespace": "default", "pod": "hog", "exitCode": 137, "reason": "OOMKilled"})
-            ctx.mark("OOM kill of hog's container", lane="node/node-1")
-            ctx.say("node-1: the OOM killer kills hog's container (no MemoryPressure, no eviction)")
-        else:
-            await ctx.set_condition("node-1", "MemoryPressure", reason="KubeletHasInsufficientMemory")
-            ctx.mark("node-1 MemoryPressure", lane="node/node-1")
+        records = await ctx.records()
+        binds = [r for r in select(records, type="request", component="scheduler", after=t_create)
+                 if str(r.get("path") or "").endswith("/pods/bu/binding") and int(r.get("code") or 0) < 300]
+        if bound.value:
+            at = float(binds[0]["time"]) if binds else bound.at or t_decided
+            ctx.mark(f"bu bound to {bound.value}", lane="scheduler", at=at)
 
-        async def reacted() -> str | None:
-            hog = await ctx.pod("hog")
-            st = _status(hog)
-            if st.get("phase") == "Failed" and st.get("reason") == "Evicted":
-                return "evicted"
-            if _restarts(hog) >= 1 and oracles.is_running(hog):
-                return "restarted"
-            return None
+            async def evicted() -> dict[str, Any] | None:
+                p = await ctx.pod("bu")
+                st = _status(p)
+                return st if st.get("phase") == "Failed" and st.get("reason") == "Evicted" else None
 
-        outcome = await oracles.eventually(ctx, "hog evicted or restarted", reacted, within=REACTION)
-        hog, steady = await ctx.pod("hog"), await ctx.pod("steady")
-        evidence += [f"hog: phase {_status(hog).get('phase')}, reason {_status(hog).get('reason')}, node "
-                     f"{oracles.node_name(hog) or '-'}, restarts {_restarts(hog)}, last termination "
-                     f"{_last_reason(hog) or '-'}",
-                     f"steady (Guaranteed): phase {_status(steady).get('phase')}, restarts {_restarts(steady)}"]
-        steady_ok = oracles.is_running(steady) and _restarts(steady) == 0
-        if outcome.value and outcome.at is not None:
-            ctx.mark(f"hog {outcome.value}", lane="node/node-1")
-        if ctx.mode == "buggy":
-            return oracles.decide(
-                symptom=outcome.value == "restarted" and _last_reason(hog) == "OOMKilled" and steady_ok,
-                healthy=outcome.value == "evicted", evidence=evidence,
-                reproduced=(f"reproduced (contrast 'oom-kill', no historic bug): hog's container was OOM-killed and "
-                            f"restarted in place ({_restarts(hog)} restart(s)); the BestEffort pod keeps its place on "
-                            "node-1, nothing was evicted; predicates held (BestEffort off MemoryPressure, all off "
-                            "DiskPressure)"),
-                prevented="",
-                inconclusive="the OOM-killed hog was neither restarted in place (with steady untouched) nor evicted")
+            gone = await oracles.eventually(ctx, "bu evicted by the kubelet", evicted, within=EVICTION)
+            if gone.value:
+                ctx.mark("bu evicted", lane=f"node/{NODE}", at=gone.at)
+                evidence.append(f"bu: Failed/Evicted: {gone.value.get('message')}")
+            else:
+                evidence.append(f"bu: phase {_status(await ctx.pod('bu')).get('phase')} (not evicted within "
+                                f"{EVICTION:.0f} s)")
+            evidence.append("binding in the history: " + (f"t={float(binds[0]['time']) - ctx.t0:.1f}s by the scheduler"
+                                                          if binds else "not found"))
+        refused = not bound.value and any("memory-pressure" in line for line in evidence if line.startswith("bu "))
         return oracles.decide(
-            symptom=outcome.value == "restarted", healthy=outcome.value == "evicted" and steady_ok,
-            evidence=evidence,
-            reproduced="",
-            prevented=("prevented (contrast 'kubelet eviction', no historic bug): under MemoryPressure the kubelet "
-                       "evicted the BestEffort hog (Failed/Evicted) and left the Guaranteed pod running; predicates "
-                       "held (BestEffort off MemoryPressure, all off DiskPressure)"),
-            inconclusive="under MemoryPressure the hog was not evicted (or the Guaranteed pod was disturbed)")
+            symptom=bool(bound.value == NODE), healthy=refused, evidence=evidence,
+            reproduced=(f"reproduced: the scheduler placed the Burstable pod bu on {NODE} while {NODE} reported "
+                        "MemoryPressure (1.7's pressure predicate keeps only BestEffort pods off)"
+                        + ("; its usage then pushed memory.available under the hard threshold and the kubelet "
+                           "evicted it" if any(line.startswith("bu: Failed/Evicted") for line in evidence) else "")),
+            prevented=(f"prevented: bu stayed unbound for {DECIDE:.0f} s, refused for the untolerated "
+                       f"{TAINT_MEMORY_PRESSURE} taint the controller-manager put on {NODE} (TaintNodesByCondition)"),
+            inconclusive="bu was neither bound to node-1 nor refused for the memory-pressure taint")

@@ -227,6 +227,14 @@ class Chaos:
         """Power a node off (heartbeats, lease, status and pod work stop); on again on exit."""
         return self.fault(_named({"type": "node.powerOff", "target": {"node": node}, "duration": duration}, name))
 
+    def node_partition(self, node: str, *, duration: float | None = None, name: str | None = None) -> FaultContext:
+        """Cut a node's machine off the apiserver (its containers run on); healed on exit (`node.partition`).
+
+        Unlike `partition(node=...)`, enforced at the apiserver on the node's clients (which retry
+        and reconnect by their own backoff), this stops the kubelet's loops and restarts them at heal.
+        """
+        return self.fault(_named({"type": "node.partition", "target": {"node": node}, "duration": duration}, name))
+
     def node_condition(self, node: str, type_: str, status: str = "True", *, duration: float | None = None,
                        name: str | None = None) -> FaultContext:
         """Set a node condition (MemoryPressure, Ready=False...); cleared on exit."""

@@ -41,6 +41,12 @@ BUGS: Final[tuple[Bug, ...]] = (
     Bug(name="stale-update-unnominates", component="scheduler", issue="kubernetes#74931",
         fix="kubernetes#77990",
         summary="a stale pod update without nominatedNodeName removes the in-memory nomination"),
+    Bug(name="pressure-predicates", component="scheduler", issue="kubernetes v1.7 scheduler predicates",
+        fix="TaintNodesByCondition (alpha 1.8, beta 1.12, GA 1.17)",
+        summary="the scheduler reads the node's pressure conditions (CheckNodeMemoryPressure: only "
+                "BestEffort pods are kept off a MemoryPressure node; DiskPressure and PIDPressure keep "
+                "every pod off) instead of the node.kubernetes.io/*-pressure taints, so Burstable pods "
+                "are still placed on a node under memory pressure"),
     Bug(name="legacy-pod-eviction", component="controller_manager", issue="kubernetes v1.7 node controller",
         fix="taint-based eviction (GA 1.18; flags removed by kubernetes#115840)",
         summary="pods of a NotReady/Unknown node are deleted by the zone's rate-limited pod evictor "

@@ -131,15 +131,17 @@ RELEASES: Final[tuple[Release, ...]] = (
                source="KEP-2268 non-graceful node shutdown: alpha v1.24, GA v1.28"),
         Switch(name="ghost-node-affinity-error", on=True, source="kubernetes#50813, fixed by kubernetes#53647 (v1.9)"),
         Switch(name="keep-missed-node", on=True, source="kubernetes#56261, fixed by kubernetes#56622 (v1.10)"),
+        Switch(name="pressure-predicates", on=True,
+               source="plugin/pkg/scheduler/algorithm/predicates: CheckNodeMemoryPressure, CheckNodeDiskPressure "
+                      "(the condition taints came with TaintNodesByCondition, beta and on in v1.12)"),
         Feature(name="TaintBasedEvictions", enabled=False, source="pkg/features (alpha v1.6, beta v1.13, GA v1.18)",
                 emulation="switch legacy-pod-eviction"),
         Feature(name="TaintNodesByCondition", enabled=False,
                 source="not in v1.7 (alpha v1.8, beta v1.12, GA v1.17; design: kubernetes/community#819)",
-                emulation="in part: the emulated node-lifecycle controller always writes the NoSchedule "
-                          "condition taints (they keep pods off NotReady nodes as v1.7's CheckNodeCondition "
-                          "predicate did); whether the scheduler reads the pressure conditions (v1.7's "
-                          "CheckNodeMemoryPressure/DiskPressure predicates) or the pressure taints is the "
-                          "scheduler's own concern (`kubemesh bugs`)"),
+                emulation="switch pressure-predicates (the scheduler reads the pressure conditions, as "
+                          "v1.7's predicates did); the emulated node-lifecycle controller writes the NoSchedule "
+                          "condition taints all the same (they keep pods off NotReady nodes as v1.7's "
+                          "CheckNodeCondition predicate did)"),
         Feature(name="NodeLease", enabled=False, source="KEP-589 (alpha v1.12)", emulation="switch no-node-lease"),
         Feature(name="PodPriority (preemption)", enabled=False, source="alpha v1.8, beta v1.11",
                 emulation="not modelled as absent: the emulated scheduler always preempts"),
@@ -165,10 +167,13 @@ RELEASES: Final[tuple[Release, ...]] = (
                source="pkg/features/kube_features.go: TaintBasedEvictions beta, on by default in v1.13"),
         Switch(name="ghost-node-affinity-error", on=False, source="kubernetes#53647 (v1.9)"),
         Switch(name="keep-missed-node", on=False, source="kubernetes#56622 (v1.10)"),
+        Switch(name="pressure-predicates", on=False,
+               source="TaintNodesByCondition beta, on by default in v1.12: pressure as node.kubernetes.io/*-pressure "
+                      "NoSchedule taints"),
         Feature(name="TaintBasedEvictions", enabled=True, source="beta v1.13",
                 emulation="switch legacy-pod-eviction off"),
         Feature(name="TaintNodesByCondition", enabled=True, source="beta v1.12 (on by default)",
-                emulation="condition taints (always)"),
+                emulation="switch pressure-predicates off"),
         Feature(name="PodPriority (preemption)", enabled=True, source="beta v1.11", emulation="always"),
     )),
     Release(name="1.14", summary="kubernetes#74931 (a stale update drops the nomination kubernetes#72259 now "

@@ -30,7 +30,7 @@ from kubemesh.services.machinery.clock import ClusterClock, parse_time
 from kubemesh.services.mesh.chaos_client import Chaos, delivered
 from kubemesh.services.mesh.endpoint import node_is_ready
 from kubemesh.services.mesh.launching import Mesh, MeshSpec
-from kubemesh.services.model.kinds import LEASES, NODES, PODS, Obj
+from kubemesh.services.model.kinds import EVENTS, LEASES, NODES, PODS, Obj
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(240)]
 
@@ -212,7 +212,7 @@ async def assert_healthy(env: Env) -> None:
     nodes = await env.kubelet_nodes()
     for name in NODE_NAMES:
         n = nodes[name]
-        assert n["powered"] is True, n
+        assert n["powered"] is True and n["partitioned"] is False, n
         assert n["lease"]["stopped"] is False and n["status"]["stopped"] is False, n
         assert n["overrides"] == [], n
         assert n["faults"]["startDelay"] == 0 and n["faults"]["stopDelay"] is None, n
@@ -444,6 +444,41 @@ async def test_lease_stop_stops_only_the_lease(env: Env) -> None:
         return (await env.leases())["node-1"] > t_end
 
     await eventually(renews_again, what="node-1 renewing after the fault")
+
+
+async def test_partition_keeps_containers_and_the_node_reports_at_heal(env: Env) -> None:
+    await env.create_pod("e2e-cut", node="node-2")
+    first = await eventually(lambda: env.running("e2e-cut"), what="e2e-cut Running on node-2")
+    uid = first["metadata"]["uid"]
+    since = await env.last_index()
+    spec = {"name": "e2e-partition", "type": "node.partition", "target": {"node": "node-2"}}
+    async with env.chaos.fault(spec):
+        nodes = await env.kubelet_nodes()
+        assert [n for n, s in nodes.items() if s["partitioned"]] == ["node-2"]
+        assert nodes["node-2"]["powered"] is True
+        before = await env.leases()
+        # Force-deleted while the node cannot hear of it.
+        await env.api.delete(PODS, "e2e-cut", namespace=NS, grace_period_seconds=0)
+
+        async def others_renewed() -> bool:
+            now = await env.leases()
+            return now["node-1"] >= before["node-1"] + 25 and now["node-3"] >= before["node-3"] + 25
+
+        await eventually(others_renewed, what="node-1 and node-3 renewing")
+        assert (await env.leases())["node-2"] == before["node-2"]
+        machine = await env.admin("kubelet-0", "GET", "/nodes/node-2")
+        assert machine["pods"]["default/e2e-cut"]["running"] == ["app"], machine["pods"]
+        assert not [e for e in (await env.api.list(EVENTS, namespace=NS))["items"]
+                    if e.get("reason") == "Killing" and e["involvedObject"].get("uid") == uid]
+    assert_lifecycle(await env.faults_since(since, "e2e-partition"), target="node-2")
+
+    async def reported() -> list[Obj]:
+        return [e for e in (await env.api.list(EVENTS, namespace=NS))["items"]
+                if e.get("reason") == "Killing" and e["involvedObject"].get("uid") == uid]
+
+    kills = await eventually(reported, what="node-2 reporting the kill once healed")
+    assert [(e["source"]["host"], e["message"]) for e in kills] == [("node-2", "Stopping container app")]
+    assert "default/e2e-cut" not in (await env.admin("kubelet-0", "GET", "/nodes/node-2"))["pods"]
 
 
 async def test_status_stop_stops_only_status_posts(env: Env) -> None:

@@ -217,38 +217,53 @@ async def test_admission_rejects_out_of_pods_and_cpu() -> None:
     await n.wait_stopped()
 
 
-async def test_memory_pressure_evicts_besteffort_first() -> None:
+async def test_memory_pressure_from_usage_evicts_besteffort_first() -> None:
     clock = ManualClock(START)
     api = FakeApi(clock)
-    n = make_node(api, clock, pod_start_delay=1.0)
+    n = make_node(api, clock, pod_start_delay=1.0, capacity={"memory": "4Gi"}, eviction_pressure_transition_period=60)
     n.power_on()
     await run_for(clock, 1)
     add_pod(api, "guaranteed", resources={"limits": {"cpu": "1", "memory": "1Gi"}})
     add_pod(api, "besteffort")
     n.pods.resync_all()
-    await run_for(clock, 3)
-    n.set_condition("MemoryPressure", "True")
-    await run_for(clock, 1)
+    await run_for(clock, 12)
+    assert {c["type"]: c["status"] for c in api.objects[("nodes", "", "node-1")]["status"]["conditions"]}[
+        "MemoryPressure"] == "False"
+    # The BestEffort pod's usage grows until memory.available (4Gi - 1Gi - 3000Mi = 72Mi) is
+    # under the hard threshold (100Mi).
+    be = pod_of(api, "besteffort")
+    assert be is not None
+    # An update, as the informer delivers it: a new object.
+    api.objects[("pods", "default", "besteffort")] = {
+        **be, "metadata": {**be["metadata"], "annotations": {"kubemesh.io/usage": "memory=3000Mi"}}}
+    n.pods.enqueue("default/besteffort")
+    await run_for(clock, 12)
     be, g = pod_of(api, "besteffort"), pod_of(api, "guaranteed")
     assert be is not None and be["status"]["phase"] == "Failed" and be["status"]["reason"] == "Evicted"
+    assert be["status"]["message"] == ("The node was low on resource: memory. Threshold quantity: 100Mi, available: "
+                                       "72Mi. Container app was using 3000Mi, request is 0, has larger consumption "
+                                       "of memory. ")
     assert g is not None and g["status"]["phase"] == "Running"
     node_obj = api.objects[("nodes", "", "node-1")]
     assert {c["type"]: c["status"] for c in node_obj["status"]["conditions"]}["MemoryPressure"] == "True"
-    # A new BestEffort pod is refused while the pressure lasts.
+    # A new BestEffort pod is refused while the condition lasts (the transition period) ...
     add_pod(api, "late")
     n.pods.enqueue("default/late")
     await run_for(clock, 1)
     late = pod_of(api, "late")
     assert late is not None and late["status"]["reason"] == "Evicted"
-    n.clear_condition("MemoryPressure")
-    await run_for(clock, 30)
+    assert late["status"]["message"] == "The node had condition: [MemoryPressure]. "
+    # ... and the condition clears once no threshold was met for the transition period.
+    await run_for(clock, 80)
+    node_obj = api.objects[("nodes", "", "node-1")]
+    assert {c["type"]: c["status"] for c in node_obj["status"]["conditions"]}["MemoryPressure"] == "False"
     g = pod_of(api, "guaranteed")
     assert g is not None and g["status"]["phase"] == "Running"
     n.power_off()
     await n.wait_stopped()
 
 
-async def test_force_delete_kills_unless_zombie() -> None:
+async def test_partition_keeps_containers_until_heal_then_reports_the_kill() -> None:
     clock = ManualClock(START)
     api = FakeApi(clock)
     n = make_node(api, clock, pod_start_delay=1.0)
@@ -258,17 +273,22 @@ async def test_force_delete_kills_unless_zombie() -> None:
     add_pod(api, "cache")
     n.pods.resync_all()
     await run_for(clock, 2)
-    n.set_zombie(True)
-    n.power_off()
-    # While the node is off (or partitioned), one pod is force-deleted.
+    assert n.partition() and not n.partition()
+    assert set(n.running_tasks()) == {"evict"}
+    posts = n.status.posts if n.status else 0
+    # While the node is cut off, one pod is force-deleted from the API: the machine still runs it.
     del api.objects[("pods", "default", "db")]
-    n.power_on()
+    await run_for(clock, 30)
+    assert n.pods.describe()["pods"]["default/db"]["running"] == ["app"]
+    assert (n.status.posts if n.status else 0) == posts  # nothing reached the apiserver
+    assert not [k for k in api.objects if k[0] == "events"]
+    assert n.heal() and not n.heal()
     await run_for(clock, 2)
-    # Zombie mode: the containers survived the outage, and the kubelet no longer kills them.
-    assert set(n.pods.describe()["zombies"]) == {"uid-db"}
-    assert "default/cache" in n.pods.describe()["pods"]
-    assert n.set_zombie(False) == 1
-    assert n.pods.describe()["zombies"] == {}
+    assert "default/db" not in n.pods.describe()["pods"] and "default/cache" in n.pods.describe()["pods"]
+    events = [o for k, o in api.objects.items() if k[0] == "events"]
+    assert [(e["reason"], e["message"], e["source"]["host"], e["involvedObject"]["uid"]) for e in events] == [
+        ("Killing", "Stopping container app", "node-1", "uid-db")]
+    assert (n.status.posts if n.status else 0) > posts
     n.power_off()
     await n.wait_stopped()
 
@@ -286,7 +306,7 @@ async def test_force_deleted_pod_is_gone_after_power_on() -> None:
     del api.objects[("pods", "default", "db")]
     n.power_on()
     await run_for(clock, 2)
-    assert n.pods.describe()["pods"] == {} and n.pods.describe()["zombies"] == {}
+    assert n.pods.describe()["pods"] == {}
     n.power_off()
     await n.wait_stopped()
 

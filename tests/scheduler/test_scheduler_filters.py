@@ -46,25 +46,43 @@ def test_unschedulable_node() -> None:
     assert check(pod("a", tolerations=tol), node("n", unschedulable=True)) is None
 
 
-def test_disk_pressure_keeps_every_pod_off() -> None:
+def predicates(p: Obj, n: Obj) -> object:
+    """The check under the bug switch `pressure-predicates` (the scheduler before TaintNodesByCondition)."""
+    return PodFilter(info(p), pressure_predicates=True).check(ni_of(n))
+
+
+def test_disk_and_pid_pressure_predicates_keep_every_pod_off() -> None:
     n = node("n", conditions={"DiskPressure": "True"})
-    assert check(pod("be"), n) is F_DISK_PRESSURE
-    assert check(pod("burstable", cpu="100m"), n) is F_DISK_PRESSURE
+    assert predicates(pod("be"), n) is F_DISK_PRESSURE
+    assert predicates(pod("burstable", cpu="100m"), n) is F_DISK_PRESSURE
+    pid = predicates(pod("burstable", cpu="100m"), node("n", conditions={"PIDPressure": "True"}))
+    assert pid is not None and pid.reasons == ("node(s) had pid pressure",)  # type: ignore[attr-defined]
 
 
-def test_memory_pressure_keeps_best_effort_off() -> None:
+def test_memory_pressure_predicate_keeps_only_best_effort_off() -> None:
     n = node("n", conditions={"MemoryPressure": "True"})
-    assert check(pod("be"), n) is F_MEMORY_PRESSURE
-    assert check(pod("burstable", memory="10Mi"), n) is None
+    assert predicates(pod("be"), n) is F_MEMORY_PRESSURE
+    assert predicates(pod("burstable", memory="10Mi"), n) is None
+
+
+def test_conditions_alone_keep_no_pod_off_today() -> None:
+    # Today the scheduler reads taints, not conditions (TaintNodesByCondition).
+    for ctype in ("MemoryPressure", "DiskPressure", "PIDPressure"):
+        assert check(pod("be"), node("n", conditions={ctype: "True"})) is None
 
 
 def test_pressure_taints_from_controller_manager() -> None:
     mem_taint = node("n", taints=[{"key": "node.kubernetes.io/memory-pressure", "effect": "NoSchedule"}])
     f = check(pod("be"), mem_taint)
     assert f is not None and "untolerated taint {node.kubernetes.io/memory-pressure}" in f.reasons[0]  # type: ignore[attr-defined]
-    assert check(pod("burstable", cpu="1"), mem_taint) is None  # implicit toleration
+    # No implicit toleration for Burstable pods (PodTolerationRestriction is off by default) ...
+    assert check(pod("burstable", cpu="1"), mem_taint) is not None
+    tol = [{"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"}]
+    assert check(pod("burstable", cpu="1", tolerations=tol), mem_taint) is None
     disk_taint = node("n", taints=[{"key": "node.kubernetes.io/disk-pressure", "effect": "NoSchedule"}])
     assert check(pod("burstable", cpu="1"), disk_taint) is not None
+    # ... while the predicates of the switch ignore the condition taints, which did not exist then.
+    assert predicates(pod("burstable", cpu="1"), mem_taint) is None
 
 
 def test_taints_and_tolerations() -> None:

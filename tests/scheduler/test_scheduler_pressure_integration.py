@@ -1,18 +1,18 @@
 """Node pressure and the scheduler, with real processes: DiskPressure keeps every pod off a node,
-MemoryPressure keeps BestEffort pods off.
+MemoryPressure keeps BestEffort pods off (and, with condition taints, every pod without a toleration).
 
 The conditions are set through the chaos front door (`node.condition`, forwarded to the
 kubelet, which posts them in the node's status). Two meshes, one per way the scheduler learns
 about pressure:
 
-* `conditions`: apiserver, kubelet and scheduler only; the scheduler filters on the node
-  conditions themselves (1.7's CheckNodeDiskPressure / CheckNodeMemoryPressure).
-* `taints`: with the controller-manager, whose node-lifecycle controller turns the conditions
-  into `node.kubernetes.io/{disk,memory}-pressure:NoSchedule` taints; pods of any QoS class but
-  BestEffort implicitly tolerate the memory-pressure one.
+* `conditions`: apiserver, kubelet and scheduler with the bug switch `pressure-predicates`; the
+  scheduler filters on the node conditions themselves (1.7's CheckNodeDiskPressure /
+  CheckNodeMemoryPressure): Burstable pods are still placed on the MemoryPressure node.
+* `taints`: today's scheduler with the controller-manager, whose node-lifecycle controller turns
+  the conditions into `node.kubernetes.io/{disk,memory}-pressure:NoSchedule` taints; a pod without
+  a toleration is kept off either node, whatever its QoS class.
 
-The kubelet of a node under MemoryPressure evicts one pod per 10 cluster seconds, so
-placement is asserted on `spec.nodeName` (bindings), never on a pod staying Running.
+Placement is asserted on `spec.nodeName` (bindings), never on a pod staying Running.
 """
 
 from __future__ import annotations
@@ -103,7 +103,8 @@ def taint_keys(node: Obj) -> set[str]:
 async def pressure(request: pytest.FixtureRequest) -> AsyncIterator[Pressure]:
     mode = str(request.param)
     components = ("apiserver", "kubelet", "scheduler") + (("controller_manager",) if mode == "taints" else ())
-    spec = MeshSpec(nodes=3, clock_rate=RATE, components=components, seed=5, start_timeout=120.0)
+    spec = MeshSpec(nodes=3, clock_rate=RATE, components=components, seed=5, start_timeout=120.0,
+                    bugs=("pressure-predicates",) if mode == "conditions" else ())
     async with Mesh(spec) as mesh, mesh.client() as client:
         # `Mesh.chaos` raises NameError (Chaos is imported under TYPE_CHECKING only): build it here.
         chaos = mesh.endpoint.chaos()
@@ -142,6 +143,8 @@ async def test_unpinned_pods_avoid_pressured_nodes(pressure: Pressure) -> None:
     print(f"[{pressure.mode}] placement: {placed}")
     assert all(node != DISK for node in placed.values()), f"pods on the DiskPressure node: {placed}"
     assert all(placed[n] == HEALTHY for n in best_effort), f"BestEffort pods on the MemoryPressure node: {placed}"
+    if pressure.mode == "taints":
+        assert all(placed[n] == HEALTHY for n in burstable), f"Burstable pods on a tainted node: {placed}"
 
 
 async def test_pinned_pods_follow_pressure_rules(pressure: Pressure) -> None:
@@ -149,9 +152,13 @@ async def test_pinned_pods_follow_pressure_rules(pressure: Pressure) -> None:
     await pressure.create("pin-bu-memory", best_effort=False, node=MEMORY)
     await pressure.create("pin-bu-disk", best_effort=False, node=DISK)
     await pressure.create("pin-be-disk", best_effort=True, node=DISK)
-    placed = await pressure.bound(["pin-bu-memory"])
-    assert placed == {"pin-bu-memory": MEMORY}, "a Burstable pod is allowed on a MemoryPressure node"
-    for name in ("pin-be-memory", "pin-bu-disk", "pin-be-disk"):
+    refused = ["pin-be-memory", "pin-bu-disk", "pin-be-disk"]
+    if pressure.mode == "conditions":
+        placed = await pressure.bound(["pin-bu-memory"])
+        assert placed == {"pin-bu-memory": MEMORY}, "the predicate lets a Burstable pod on a MemoryPressure node"
+    else:
+        refused.append("pin-bu-memory")  # the memory-pressure taint keeps it off: it has no toleration
+    for name in refused:
         async def explained(pod: str = name) -> str:
             return await pressure.failed_scheduling(pod)
 
@@ -161,7 +168,7 @@ async def test_pinned_pods_follow_pressure_rules(pressure: Pressure) -> None:
         assert not (await pressure.pod(name))["spec"].get("nodeName"), f"{name} was bound"
     # Still Pending a while later (the scheduler keeps retrying and keeps refusing).
     await asyncio.sleep(20 / RATE)
-    for name in ("pin-be-memory", "pin-bu-disk", "pin-be-disk"):
+    for name in refused:
         pod = await pressure.pod(name)
         assert not pod["spec"].get("nodeName") and pod["status"].get("phase") == "Pending", name
 

@@ -280,7 +280,7 @@ async def test_stale_update_off_keeps_nomination() -> None:
 
 
 async def test_pressure_nodes_receive_no_pods_or_no_best_effort_pods() -> None:
-    sched, api, _ = make_scheduler()
+    sched, api, _ = make_scheduler(bugs=frozenset({"pressure-predicates"}))
     sched.on_node_add(node("disk", conditions={"DiskPressure": "True"}))
     sched.on_node_add(node("mem", conditions={"MemoryPressure": "True"}))
     for i in range(4):
@@ -295,7 +295,7 @@ async def test_pressure_nodes_receive_no_pods_or_no_best_effort_pods() -> None:
 
 
 async def test_node_update_with_cured_condition_moves_pods() -> None:
-    sched, api, clk = make_scheduler()
+    sched, api, clk = make_scheduler(bugs=frozenset({"pressure-predicates"}))
     sick = node("n1", conditions={"DiskPressure": "True"})
     sched.on_node_add(sick)
     sched.on_pod_add(pod("a"))

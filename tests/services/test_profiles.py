@@ -67,7 +67,7 @@ def test_table_names_known_switches_and_current_turns_every_one_off() -> None:
             assert change.source, change
     assert profiles.resolve("current").bugs() == frozenset()
     assert profiles.resolve("1.7").bugs() == {"legacy-pod-eviction", "no-node-lease", "no-out-of-service-gc",
-                                              "ghost-node-affinity-error", "keep-missed-node"}
+                                              "ghost-node-affinity-error", "keep-missed-node", "pressure-predicates"}
     assert profiles.resolve("1.13").bugs("scheduler") == {"nominate-after-patch", "stale-update-unnominates"}
     assert profiles.resolve("1.14").bugs("scheduler") == {"stale-update-unnominates"}
     assert profiles.resolve("1.15").bugs() == {"no-out-of-service-gc"}
