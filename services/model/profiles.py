@@ -1,12 +1,13 @@
 """Version profiles: the defaults and bug switches of one Kubernetes release, for every component.
 
 One table (`RELEASES`, one entry per release, oldest first) says what each release sets, and
-where upstream says so. Every component reads it the same way (`kubemesh.services.process.component`):
+where upstream says so. Every component reads it the same way (`component.main` in
+`kubemesh.services.process.component`, and the apiserver's own parser):
 
 * `--profile NAME` (or `KUBEMESH_PROFILE`) picks a release;
 * each of the release's `Default`s for that component becomes the default of one of the
-  component's own flags (by flag name), so an explicit flag still overrides it;
-* the release's `Switch`es that belong to the component are on, unless `--bugs -NAME` turns one
+  component's own flags (by flag name, `apply_defaults`), so an explicit flag still overrides it;
+* the release's `Switch`es that belong to the component are on, unless `--bugs=-NAME` turns one
   off (how a scenario's fixed mode runs a release with the fix backported).
 
 A release lists only what changed since the one before it (`changes`); `resolve` returns the
