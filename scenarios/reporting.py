@@ -41,8 +41,9 @@ class RunResult:
     evidence: list[str] = field(default_factory=list)
     bugs: list[str] = field(default_factory=list)
     """The bug switches the run's mesh had on (its profile's and the mode's)."""
-    profile: str = "current"
-    """The version profile the run's mesh ran (`kubemesh profiles`)."""
+    profile: str = ""
+    """The version profile a fresh run's mesh ran (`kubemesh profiles`); empty for an attached run,
+    whose mesh runs the release it was started as."""
     faults: bool = True
     """Whether the scenario's injections were made (False: `kubemesh scenario verify`'s cells)."""
     skipped: list[str] = field(default_factory=list)
@@ -108,8 +109,8 @@ def write_report(out: Path, *, scenario: Scenario, result: RunResult, verdict: V
     bugs = ", ".join(result.bugs) or "none"
     faults = "" if result.faults else ", faults off"
     lines = [
-        f"{scenario.name} ({', '.join(scenario.upstream)}): {result.mode} mode (bugs: {bugs}{faults}), "
-        f"seed {result.seed}",
+        f"{scenario.name} ({', '.join(scenario.upstream)}): {result.mode} mode"
+        f"{f' as release {result.profile}' if result.profile else ''} (bugs: {bugs}{faults}), seed {result.seed}",
         f"{scenario.summary}",
         "",
         f"Outcome: {result.outcome.upper()} (expected in {result.mode} mode{faults}: {result.expected}"
