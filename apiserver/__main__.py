@@ -14,10 +14,12 @@ from kubemesh.services.process import startup
 
 startup.prepare()  # before the heavy imports below (see kubemesh.services.process.startup)
 
+from kubemesh.apiserver.admission import DEFAULT_TOLERATION_SECONDS, TolerationDefaults  # noqa: E402
 from kubemesh.apiserver.server import ServerSettings, serve  # noqa: E402
 from kubemesh.apiserver.serviceips import DEFAULT_NODE_PORT_RANGE, DEFAULT_SERVICE_CIDR, IPRange, PortRange  # noqa: E402
 from kubemesh.apiserver.storage import LogBackend, StoreCorrupt, StoreWriteError  # noqa: E402
 from kubemesh.apiserver.watching import WatchSettings  # noqa: E402
+from kubemesh.services.model import profiles  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> ServerSettings:
@@ -70,6 +72,17 @@ def _parse(argv: list[str] | None = None) -> tuple[ServerSettings, argparse.Name
                    help="requests without a bearer token act as system:anonymous and RBAC decides (kube-apiserver's "
                         "default); off, they get 401 (default off)")
     p.add_argument("--log-level", default="info")
+    for which in ("not-ready", "unreachable"):
+        p.add_argument(f"--default-{which}-toleration-seconds", type=int, default=DEFAULT_TOLERATION_SECONDS,
+                       help=f"tolerationSeconds of the {which} NoExecute toleration every pod gets (default 300)")
+        p.add_argument(f"--{which}-taint-key", default=None,
+                       help=f"the {which} taint key those tolerations name (kubemesh; a profile sets the release's)")
+    profiles.add_argument(p)
+    a = p.parse_args(argv)
+    try:
+        profiles.apply_defaults(p, component="apiserver", profile=a.profile)
+    except (profiles.UnknownProfileError, LookupError) as exc:
+        p.error(str(exc))
     a = p.parse_args(argv)
     token = os.environ.get("KUBEMESH_TOKEN") or None
     if a.token_file:
@@ -98,7 +111,12 @@ def _parse(argv: list[str] | None = None) -> tuple[ServerSettings, argparse.Name
                                               flush_interval=a.watch_flush_interval),
                           service_cluster_ip_range=a.service_cluster_ip_range,
                           service_node_port_range=a.service_node_port_range, advertise_address=a.advertise_address,
-                          system_pods=a.system_pods, authorization_mode=a.authorization_mode,
+                          system_pods=a.system_pods, authorization_mode=a.authorization_mode, profile=a.profile,
+                          tolerations=TolerationDefaults(
+                              not_ready_key=a.not_ready_taint_key or TolerationDefaults().not_ready_key,
+                              unreachable_key=a.unreachable_taint_key or TolerationDefaults().unreachable_key,
+                              not_ready_seconds=a.default_not_ready_toleration_seconds,
+                              unreachable_seconds=a.default_unreachable_toleration_seconds),
                           component_identities=a.component_identities, anonymous_auth=a.anonymous_auth), a
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Final
 
 from kubemesh.services.model.kinds import (
@@ -147,12 +148,26 @@ def qos_class(spec: dict[str, Any]) -> str:
     return "Guaranteed" if guaranteed and containers else "Burstable"
 
 
-def add_default_tolerations(spec: dict[str, Any]) -> None:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TolerationDefaults:
+    """What DefaultTolerationSeconds adds: the release's taint keys and the flags' seconds."""
+
+    not_ready_key: str = NOT_READY_TAINT
+    """`node.alpha.kubernetes.io/notReady` before 1.9 (a version profile sets it)."""
+    unreachable_key: str = UNREACHABLE_TAINT
+    not_ready_seconds: int = DEFAULT_TOLERATION_SECONDS
+    """`--default-not-ready-toleration-seconds`."""
+    unreachable_seconds: int = DEFAULT_TOLERATION_SECONDS
+    """`--default-unreachable-toleration-seconds`."""
+
+
+def add_default_tolerations(spec: dict[str, Any], defaults: TolerationDefaults = TolerationDefaults()) -> None:
     """DefaultTolerationSeconds: tolerate not-ready and unreachable NoExecute for 300 s."""
     tolerations = spec.get("tolerations")
     if not isinstance(tolerations, list):
         tolerations = []
-    for key in (NOT_READY_TAINT, UNREACHABLE_TAINT):
+    for key, seconds in ((defaults.not_ready_key, defaults.not_ready_seconds),
+                         (defaults.unreachable_key, defaults.unreachable_seconds)):
         tolerated = any(
             isinstance(t, dict)
             and ((t.get("operator") == "Exists" and not t.get("key")) or t.get("key") == key)
@@ -161,7 +176,7 @@ def add_default_tolerations(spec: dict[str, Any]) -> None:
         )
         if not tolerated:
             tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
-                                "tolerationSeconds": DEFAULT_TOLERATION_SECONDS})
+                                "tolerationSeconds": seconds})
     spec["tolerations"] = tolerations
 
 
@@ -190,7 +205,8 @@ def resolve_priority(spec: dict[str, Any], *, lookup: PriorityLookup, classes: I
     spec.setdefault("preemptionPolicy", policy or "PreemptLowerPriority")
 
 
-def admit_create(kind: Kind, obj: Obj, *, priority: PriorityLookup, priority_classes: Iterable[Obj]) -> None:
+def admit_create(kind: Kind, obj: Obj, *, priority: PriorityLookup, priority_classes: Iterable[Obj],
+                 tolerations: TolerationDefaults = TolerationDefaults()) -> None:
     """Mutating admission and defaulting for a new object."""
     spec = obj.get("spec")
     if kind is SECRETS:
@@ -204,7 +220,7 @@ def admit_create(kind: Kind, obj: Obj, *, priority: PriorityLookup, priority_cla
         return
     if kind is PODS and isinstance(spec, dict):
         default_pod_spec(spec)
-        add_default_tolerations(spec)
+        add_default_tolerations(spec, tolerations)
         resolve_priority(spec, lookup=priority, classes=priority_classes)
         obj["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
     elif kind in (DEPLOYMENTS, REPLICASETS, DAEMONSETS) and isinstance(spec, dict):

@@ -166,7 +166,7 @@ def assemble(settings: ServerSettings) -> ApiserverCore:
         hub.on_deliver = _delivery_recorder(history)
     # The registry creates the initial namespaces: after the publishers, so that they are watched.
     rng = random.Random(settings.seed) if settings.seed is not None else random.Random()
-    registry = Registry(store=store, clock=clock, rng=rng, kinds=kinds)
+    registry = Registry(store=store, clock=clock, rng=rng, kinds=kinds, tolerations=settings.tolerations)
     registry.hooks.append(EscalationCheck(authorizer))
     restriction = NodeRestriction(store=store)
     if authorizer.enabled:

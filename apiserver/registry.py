@@ -165,8 +165,11 @@ class WriteHook(Protocol):
 class Registry:
     """Every verb's semantics over one Store."""
 
-    def __init__(self, *, store: Store, clock: Clock, rng: random.Random, kinds: KindTable | None = None) -> None:
+    def __init__(self, *, store: Store, clock: Clock, rng: random.Random, kinds: KindTable | None = None,
+                 tolerations: admission.TolerationDefaults | None = None) -> None:
         self.store = store
+        self.tolerations = tolerations or admission.TolerationDefaults()
+        """DefaultTolerationSeconds' keys and seconds (a version profile's taint names)."""
         self.clock = clock
         self.rng = rng
         self.kinds = kinds if kinds is not None else KindTable()
@@ -249,7 +252,7 @@ class Registry:
             raise errors.invalid(kind, name, [dict(c) for c in causes])
         try:
             admission.admit_create(kind, obj, priority=self._priority_class,
-                                   priority_classes=self.store.items(PRIORITYCLASSES))
+                                   priority_classes=self.store.items(PRIORITYCLASSES), tolerations=self.tolerations)
         except admission.AdmissionError as exc:
             raise errors.forbidden(kind, name, f'{kind.plural} "{name}" is forbidden: {exc}') from exc
         # No second validation: admission only adds values it builds itself (defaults, default

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kubemesh.apiserver.admission import TolerationDefaults
 from kubemesh.apiserver.watching import WatchSettings
 from kubemesh.services.process.gctuning import GcSettings
 
@@ -57,6 +58,11 @@ class ServerSettings:
     advertise_address: str | None = None
     """`--advertise-address`: the address in the `kubernetes` endpoints (None: the bind address, or
     127.0.0.1 when that is unspecified)."""
+    profile: str = "current"
+    """`--profile`: the Kubernetes release whose defaults the flags took (`kubemesh profiles`)."""
+    tolerations: TolerationDefaults = field(default_factory=TolerationDefaults)
+    """DefaultTolerationSeconds: `--default-not-ready-toleration-seconds`,
+    `--default-unreachable-toleration-seconds` and the release's taint keys."""
     system_pods: bool = True
     """What kubeadm puts in kube-system: the control plane's mirror pods
     (`kubemesh.apiserver.controlplane`) and cluster DNS (`kubemesh.apiserver.addons`).

@@ -1,7 +1,7 @@
 """`python -m kubemesh.controller_manager`: the emulated kube-controller-manager.
 
 Usage: `python -m kubemesh.controller_manager --apiserver URL [--controllers node-lifecycle,...]
-[--profile 1.7|1.13|1.15|1.28|current] [--bugs legacy-pod-eviction,no-out-of-service-gc]
+[--profile 1.7|1.8|1.13|1.14|1.15|1.28|current] [--bugs legacy-pod-eviction,-no-out-of-service-gc]
 [--leader-elect] [--node-monitor-grace-period 40s] ...` (`--help` lists every flag).
 """
 

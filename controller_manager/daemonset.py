@@ -6,8 +6,12 @@ gets (upstream `AddOrUpdateDaemonPodTolerations`: not-ready and unreachable NoEx
 tolerationSeconds, so DaemonSet pods are never evicted by node failure; disk-, memory- and
 pid-pressure and unschedulable NoSchedule). Pods are created already bound to their node
 (`spec.nodeName`, the pre-1.12 behaviour, robust without a scheduler) and also carry the
-`metadata.name` node affinity that upstream sets for the scheduler. Surplus pods (second pod
-on a node, pod on an ineligible node, Failed pod) are deleted. Expectations as ReplicaSet.
+`metadata.name` node affinity that upstream sets for the scheduler. A node that is not eligible
+only because of a NoSchedule taint keeps the daemon pod it runs (upstream
+`NodeShouldRunDaemonPod`'s shouldContinueRunning: only an untolerated NoExecute taint, a
+selector mismatch or a gone node removes it), so a NotReady node's `unreachable:NoSchedule`
+taint does not delete its daemon pod. Surplus pods (second pod on a node, pod on a node where it
+may not continue, Failed pod) are deleted. Expectations as ReplicaSet.
 Status: desiredNumberScheduled, currentNumberScheduled, numberMisscheduled, numberReady,
 numberAvailable, updatedNumberScheduled, observedGeneration. Template updates use OnDelete
 semantics (no rolling replacement yet).
@@ -79,27 +83,49 @@ DAEMON_TOLERATIONS: list[dict[str, Any]] = [
 ]
 
 
-def daemon_tolerations(ds: Obj) -> list[dict[str, Any]]:
-    """The template's tolerations plus the DaemonSet defaults."""
+NoExecuteKeys = tuple[str, str]
+CURRENT_KEYS: NoExecuteKeys = (TAINT_NOT_READY, TAINT_UNREACHABLE)
+"""The not-ready and unreachable NoExecute taint keys (a version profile's: alpha before 1.9)."""
+
+
+def daemon_tolerations(ds: Obj, keys: NoExecuteKeys = CURRENT_KEYS) -> list[dict[str, Any]]:
+    """The template's tolerations plus the DaemonSet defaults (the release's NoExecute keys)."""
     tmpl_spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
     tols = list(tmpl_spec.get("tolerations") or [])
-    for t in DAEMON_TOLERATIONS:
+    defaults = [{"key": k, "operator": "Exists", "effect": NO_EXECUTE} for k in keys] + [
+        t for t in DAEMON_TOLERATIONS if t["effect"] == NO_SCHEDULE]
+    for t in defaults:
         if not any(x.get("key") == t["key"] and x.get("effect") == t["effect"] for x in tols):
             tols.append(t)
     return tols
 
 
-def node_should_run(ds: Obj, node: Obj) -> bool:
+def node_should_run(ds: Obj, node: Obj, keys: NoExecuteKeys = CURRENT_KEYS) -> bool:
     """Whether a daemon pod belongs on this node (nodeSelector and taints)."""
     tmpl_spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
     sel = tmpl_spec.get("nodeSelector") or {}
     if any(labels_of(node).get(k) != v for k, v in sel.items()):
         return False
     taints = [t for t in taints_of(node) if t.get("effect") in (NO_SCHEDULE, NO_EXECUTE)]
-    return tolerates_all(daemon_tolerations(ds), taints)
+    return tolerates_all(daemon_tolerations(ds, keys), taints)
 
 
-def plan(ds: Obj, nodes: list[Obj], pods: list[Obj]) -> tuple[list[str], list[Obj]]:
+def node_should_continue_running(ds: Obj, node: Obj, keys: NoExecuteKeys = CURRENT_KEYS) -> bool:
+    """Whether a daemon pod already on this node stays there.
+
+    It does while the selector matches and every NoExecute taint is tolerated: an untolerated
+    NoSchedule taint only keeps new daemon pods off.
+    """
+    tmpl_spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+    sel = tmpl_spec.get("nodeSelector") or {}
+    if any(labels_of(node).get(k) != v for k, v in sel.items()):
+        return False
+    return tolerates_all(daemon_tolerations(ds, keys),
+                         [t for t in taints_of(node) if t.get("effect") == NO_EXECUTE])
+
+
+def plan(ds: Obj, nodes: list[Obj], pods: list[Obj],
+         keys: NoExecuteKeys = CURRENT_KEYS) -> tuple[list[str], list[Obj]]:
     """(node names needing a pod, pods to delete) for one DaemonSet."""
     by_node: dict[str, list[Obj]] = {}
     for p in pods:
@@ -112,9 +138,12 @@ def plan(ds: Obj, nodes: list[Obj], pods: list[Obj]) -> tuple[list[str], list[Ob
         failed = [p for p in mine if phase(p) == "Failed"]
         delete += failed
         alive = [p for p in mine if phase(p) != "Failed"]
-        if node_should_run(ds, node):
+        if node_should_run(ds, node, keys):
             if not alive and not failed:
                 create.append(name)
+            alive.sort(key=lambda p: (creation_time(p), name_of(p)))
+            delete += alive[1:]
+        elif node_should_continue_running(ds, node, keys):
             alive.sort(key=lambda p: (creation_time(p), name_of(p)))
             delete += alive[1:]
         else:
@@ -128,8 +157,11 @@ class DaemonSetController:
     """Level-based DaemonSet reconciler."""
 
     def __init__(self, *, api: Api, daemonsets: Store, nodes: Store, pods: IndexedStore, clock: Clock,
-                 rng: random.Random, recorder: ComponentRecorder, expectations_ttl: float = 300.0) -> None:
+                 rng: random.Random, recorder: ComponentRecorder, expectations_ttl: float = 300.0,
+                 keys: NoExecuteKeys = CURRENT_KEYS) -> None:
         self.api = api
+        self.keys = keys
+        """The NoExecute keys daemon pods tolerate (the node-lifecycle controller's, by release)."""
         self.daemonsets = daemonsets
         self.nodes = nodes
         self.pods = pods
@@ -186,7 +218,7 @@ class DaemonSetController:
                 and selector.matches(labels_of(p))]
         nodes = self.nodes.list()
         if self.expectations.satisfied(key) and not meta(ds).get("deletionTimestamp"):
-            create, delete = plan(ds, nodes, pods)
+            create, delete = plan(ds, nodes, pods, self.keys)
             await self._apply(ds, create, delete)
         await self._status(ds, nodes, pods)
         return None
@@ -200,7 +232,7 @@ class DaemonSetController:
                                         name=f"{name_of(ds)}-{random_suffix(self.rng)}")
                 spec = pod["spec"]
                 spec["nodeName"] = node_name
-                spec["tolerations"] = daemon_tolerations(ds)
+                spec["tolerations"] = daemon_tolerations(ds, self.keys)
                 spec.setdefault("affinity", {})["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {
                     "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
                                                             "values": [node_name]}]}]}}
@@ -222,7 +254,7 @@ class DaemonSetController:
                 self.recorder.normal(ds, "SuccessfulDelete", f"Deleted pod: {name_of(pod)}")
 
     async def _status(self, ds: Obj, nodes: list[Obj], pods: list[Obj]) -> None:
-        eligible = {name_of(n) for n in nodes if node_should_run(ds, n)}
+        eligible = {name_of(n) for n in nodes if node_should_run(ds, n, self.keys)}
         active = [p for p in pods if is_active(p)]
         scheduled = {node_name_of(p) for p in active}
         st = copy.deepcopy(ds.get("status") or {})
@@ -250,7 +282,9 @@ def _start(ctx: ControllerContext) -> Started:
     c = DaemonSetController(api=ctx.api, daemonsets=ctx.informer(_DAEMONSETS), nodes=ctx.informer(_NODES),
                             pods=ctx.informer(_PODS), clock=ctx.clock, rng=ctx.rng,
                             recorder=ctx.recorder.for_component("daemonset-controller"),
-                            expectations_ttl=w.expectations_ttl)
+                            expectations_ttl=w.expectations_ttl,
+                            keys=(ctx.settings.node_lifecycle.not_ready_taint_key,
+                                  ctx.settings.node_lifecycle.unreachable_taint_key))
     q = ctx.queue("daemonset")
     c.enqueue = q.add
     ctx.on(DAEMONSETS, on_add=lambda o, _i: q.add(key_of(o)), on_update=lambda _old, new: q.add(key_of(new)),

@@ -240,6 +240,9 @@ class NodeLifecycleController:
         self.recorder = recorder
         self.pod_recorder = pod_recorder or recorder
         self.legacy = legacy
+        self.not_ready = settings.not_ready_taint_key
+        """The NoExecute taint keys of this release (alpha names before 1.9)."""
+        self.unreachable = settings.unreachable_taint_key
         self.health: dict[str, NodeHealth] = {}
         self.known: dict[str, str] = {}
         self.disruption = Disruption(
@@ -370,17 +373,17 @@ class NodeLifecycleController:
         name = name_of(node)
         queue = self.disruption.queue(zone_key(node))
         if status == "False":
-            if _has(node, TAINT_UNREACHABLE):
-                await self.swap_taints(name, add=TAINT_NOT_READY, remove=TAINT_UNREACHABLE)
+            if _has(node, self.unreachable):
+                await self.swap_taints(name, add=self.not_ready, remove=self.unreachable)
             else:
-                if not _has(node, TAINT_NOT_READY):
+                if not _has(node, self.not_ready):
                     queue.remove(name)
                 queue.add(name, uid_of(node))
         elif status == "Unknown":
-            if _has(node, TAINT_NOT_READY):
-                await self.swap_taints(name, add=TAINT_UNREACHABLE, remove=TAINT_NOT_READY)
+            if _has(node, self.not_ready):
+                await self.swap_taints(name, add=self.unreachable, remove=self.not_ready)
             else:
-                if not _has(node, TAINT_UNREACHABLE):
+                if not _has(node, self.unreachable):
                     queue.remove(name)
                 queue.add(name, uid_of(node))
         elif status == "True":
@@ -389,8 +392,8 @@ class NodeLifecycleController:
     async def mark_reachable(self, node: Obj) -> bool:
         """Remove the NoExecute taints and forget the node in its zone queue."""
         name = name_of(node)
-        if _has(node, TAINT_UNREACHABLE) or _has(node, TAINT_NOT_READY):
-            await self.swap_taints(name, add=None, remove=TAINT_UNREACHABLE, remove2=TAINT_NOT_READY)
+        if _has(node, self.unreachable) or _has(node, self.not_ready):
+            await self.swap_taints(name, add=None, remove=self.unreachable, remove2=self.not_ready)
         return self.disruption.queue(zone_key(node)).remove(name)
 
     async def _taint_one(self, value: TimedValue) -> tuple[bool, float]:
@@ -402,9 +405,9 @@ class NodeLifecycleController:
         if c is None:
             return True, 0.0
         if c.get("status") == "False":
-            add, opposite = TAINT_NOT_READY, TAINT_UNREACHABLE
+            add, opposite = self.not_ready, self.unreachable
         elif c.get("status") == "Unknown":
-            add, opposite = TAINT_UNREACHABLE, TAINT_NOT_READY
+            add, opposite = self.unreachable, self.not_ready
         else:
             return True, 0.0  # ready again: nothing to taint
         try:

@@ -1,11 +1,12 @@
 """The controller-manager component's entry points: `build` and `run(ctx, args)`.
 
-`build` turns parsed flags into a wired `ControllerManager` (the profile's bug switches join
-the explicit ones); `run` runs it inside the component runtime (`kubemesh.services.process.component`): the
-shared informers and the event recorder as supervised tasks, the controllers once the caches
-have synced (while leading, with `--leader-elect`), `/debug/controller-manager` on the admin
-endpoint, and a readiness check that fails until every informer has synced. On stop the
-controllers are cancelled first and the informers last. Losing the lease ends the process
+`build` turns parsed flags into a wired `ControllerManager` (the component runtime has
+applied the profile: its defaults are the flags', its switches are in `bugs`); `run` runs it
+inside the component runtime (`kubemesh.services.process.component`): the shared informers
+and the event recorder as supervised tasks, the controllers once the caches have synced
+(while leading, with `--leader-elect`), `/debug/controller-manager` on the admin endpoint,
+and a readiness check that fails until every informer has synced. On stop the controllers
+are cancelled first and the informers last. Losing the lease ends the process
 with exit code 1 (see `controller_manager.app`).
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 from kubemesh.controller_manager import debugging
 from kubemesh.controller_manager.app import ControllerManager
 from kubemesh.controller_manager.catalogue import ALL_CONTROLLERS
-from kubemesh.controller_manager.settings import add_arguments, from_namespace, profile_bugs
+from kubemesh.controller_manager.settings import add_arguments, from_namespace, parse_flags
 from kubemesh.services.machinery.client import ApiClient
 from kubemesh.services.machinery.clock import Clock
 from kubemesh.services.process.chaospoints import ChaosPoints
@@ -37,18 +38,12 @@ def build(*, client: ApiClient, clock: Clock, rng: random.Random, bugs: frozense
 
     `registry` receives its informers by name (the component's chaos-visible informers).
     """
-    settings = from_namespace(args if args is not None else _defaults(), known=ALL_CONTROLLERS)
-    all_bugs = frozenset(bugs) | profile_bugs(settings.profile)
-    cm = ControllerManager(client=client, clock=clock, rng=rng, settings=settings, bugs=all_bugs, instance=instance,
+    settings = from_namespace(args if args is not None else parse_flags(), known=ALL_CONTROLLERS)
+    cm = ControllerManager(client=client, clock=clock, rng=rng, settings=settings, bugs=frozenset(bugs),
+                           instance=instance,
                            points=points or ChaosPoints())
     cm.build(registry=registry)
     return cm
-
-
-def _defaults() -> argparse.Namespace:
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    return p.parse_args([])
 
 
 async def run(ctx: ComponentContext, args: argparse.Namespace) -> None:
@@ -57,7 +52,7 @@ async def run(ctx: ComponentContext, args: argparse.Namespace) -> None:
                points=ctx.points, registry=ctx.informers)  # chaos can freeze one (a stale cache)
     ctx.admin.add_routes(debugging.routes(cm.debug))
     ctx.admin.add_check("informers-synced", cm.synced, endpoints=("readyz",))
-    # A --profile turns switches on too: publish every switch this process runs with.
+    # A --profile turns switches on too (ctx.bugs has them): publish every switch this process runs with.
     ctx.publish(bugs=sorted(cm.bugs))
     assert cm.recorder is not None and cm.informers is not None
     informer_tasks: list[TaskHandle[None]] = []

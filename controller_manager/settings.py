@@ -1,10 +1,11 @@
 """Settings of the emulated kube-controller-manager, with the upstream flags and defaults.
 
 Every duration is in cluster seconds (the apiserver's scalable clock), never wall seconds.
-`Profile` names a Kubernetes release; `settings_for_profile` returns the defaults that
-release shipped with (for example node-monitor-grace-period 40 s before 1.32, 50 s after) and
-the bug switches that describe its behaviour (1.7 evicts pods without taints and has no
-non-graceful node shutdown). Explicit flags always override the profile.
+`--profile` (a flag every component shares, `kubemesh.services.model.profiles`) names a
+Kubernetes release; the release's table entry sets the defaults of these flags (for example
+node-monitor-grace-period 40 s before 1.32, 50 s after, alpha taint keys in 1.7) and the bug
+switches that describe its behaviour (1.7 evicts pods without taints and has no non-graceful
+node shutdown). Explicit flags always override the profile.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import argparse
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal
 
-Profile = Literal["1.7", "1.13", "1.15", "1.28", "current"]
-PROFILES: Final[tuple[Profile, ...]] = ("1.7", "1.13", "1.15", "1.28", "current")
+from kubemesh.services.model import profiles
+from kubemesh.services.model.profiles import PROFILES, Profile
+from kubemesh.services.model.wellknown import TAINT_NOT_READY, TAINT_UNREACHABLE
 
+__all__ = ["PROFILES", "Profile"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,6 +44,10 @@ class NodeLifecycleSettings:
     """`--unhealthy-zone-threshold`: share of not-ready nodes (and more than 2) for PartialDisruption."""
     eviction_pass_period: float = 0.1
     """How often the zone queues are drained (upstream `nodeEvictionPeriod`, 100 ms)."""
+    not_ready_taint_key: str = TAINT_NOT_READY
+    """The NoExecute taint of a node whose Ready is False (`node.alpha.kubernetes.io/notReady` before 1.9)."""
+    unreachable_taint_key: str = TAINT_UNREACHABLE
+    """The NoExecute taint of a node whose Ready is Unknown (`node.alpha.kubernetes.io/unreachable` before 1.9)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,24 +151,22 @@ class ControllerManagerSettings:
         return self.controllers is None or controller in self.controllers
 
 
-def profile_bugs(profile: Profile) -> frozenset[str]:
-    """The behaviour switches a release implies (before taint-based eviction, before KEP-2268)."""
-    if profile == "1.7":
-        return frozenset({"legacy-pod-eviction", "no-out-of-service-gc"})
-    if profile in ("1.13", "1.15"):
-        return frozenset({"no-out-of-service-gc"})
-    return frozenset()
+def profile_bugs(profile: str) -> frozenset[str]:
+    """The controller-manager's switches a release turns on (`kubemesh profiles` lists them)."""
+    return profiles.resolve(profile).bugs("controller_manager")
 
 
-def node_lifecycle_for_profile(profile: Profile) -> NodeLifecycleSettings:
-    """The node-lifecycle defaults of a release: grace 40 s before 1.32, 50 s after."""
-    grace = 50.0 if profile == "current" else 40.0
-    return NodeLifecycleSettings(node_monitor_grace_period=grace)
+def parse_flags(argv: Sequence[str] = ()) -> argparse.Namespace:
+    """The controller-manager's own flags and `--profile`, parsed with the release's defaults.
 
-
-def settings_for_profile(profile: Profile) -> ControllerManagerSettings:
-    """The defaults of a release, before explicit flags are applied."""
-    return ControllerManagerSettings(profile=profile, node_lifecycle=node_lifecycle_for_profile(profile))
+    What the component runtime does; for `build` without a command line, and for tests.
+    """
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    profiles.add_argument(p)
+    ns = p.parse_args(list(argv))
+    profiles.apply_defaults(p, component="controller_manager", profile=ns.profile)
+    return p.parse_args(list(argv))
 
 
 def _duration(value: str) -> float:
@@ -176,9 +180,7 @@ def _duration(value: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the controller-manager's own flags (defaults None: the profile decides)."""
-    parser.add_argument("--profile", choices=PROFILES, default="current",
-                        help="Kubernetes release whose defaults and behaviour to emulate")
+    """Add the controller-manager's own flags (defaults None: the code's own, or the profile's)."""
     parser.add_argument("--controllers", default="*",
                         help="comma-separated controllers to run: '*' for all, '-name' to leave one out")
     parser.add_argument("--leader-elect", action="store_true", help="run only while holding the lease")
@@ -189,6 +191,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{flag}", type=float, default=None)
     parser.add_argument("--large-cluster-size-threshold", type=int, default=None)
     parser.add_argument("--terminated-pod-gc-threshold", type=int, default=None)
+    for flag in ("not-ready-taint-key", "unreachable-taint-key"):
+        parser.add_argument(f"--{flag}", default=None,
+                            help="NoExecute taint key of taint-based eviction (kubemesh; a profile sets the "
+                                 "release's, alpha names before 1.9)")
     for flag in ("concurrent-endpoint-syncs", "concurrent-service-endpoint-syncs", "max-endpoints-per-slice"):
         parser.add_argument(f"--{flag}", type=int, default=None)
     for flag in ("endpoint-updates-batch-period", "endpointslice-updates-batch-period"):
@@ -196,16 +202,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def from_namespace(ns: argparse.Namespace, *, known: Sequence[str]) -> ControllerManagerSettings:
-    """Settings from parsed flags: the profile's defaults, then every explicit flag.
+    """Settings from parsed flags (`parse_flags`, or the component runtime's).
+
+    A profile's defaults are already the flags' defaults there.
 
     `known` is every controller's name, to check `--controllers` against.
     """
-    base = settings_for_profile(ns.profile)
+    base = ControllerManagerSettings(profile=getattr(ns, "profile", profiles.DEFAULT_PROFILE))
     nl_overrides = {
         name: getattr(ns, name)
         for name in ("node_monitor_period", "node_monitor_grace_period", "node_startup_grace_period",
                      "pod_eviction_timeout", "node_eviction_rate", "secondary_node_eviction_rate",
-                     "unhealthy_zone_threshold", "large_cluster_size_threshold")
+                     "unhealthy_zone_threshold", "large_cluster_size_threshold", "not_ready_taint_key",
+                     "unreachable_taint_key")
         if getattr(ns, name, None) is not None
     }
     podgc = base.podgc

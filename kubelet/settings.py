@@ -1,8 +1,10 @@
 """The kubelet emulator's settings: one documented dataclass, with upstream's defaults.
 
 Every duration is in cluster seconds (the injected clock scales them). The defaults are those
-of a current kubelet unless a field says otherwise; `KubeletSettings.for_profile` is not
-needed because the one historic switch (`no-node-lease`) is a bug switch.
+of a current kubelet unless a field says otherwise. A version profile (`--profile`,
+`kubemesh.services.model.profiles`) needs nothing here: the component runtime makes the
+release's values the defaults of the kubelet's flags and turns its switch (`no-node-lease`,
+before 1.14) on.
 
 Guarantees: a `KubeletSettings` is immutable and validated on construction, so every node of a
 process sees the same, sane configuration.

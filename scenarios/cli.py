@@ -2,7 +2,7 @@
 
     kubemesh scenario list [--json]
     kubemesh scenario verify NAME [--seed S] [--clock-rate R] [--report-dir DIR] [--json]
-    kubemesh scenario run NAME [--mode buggy|fixed|both] [--repeat N] [--seed S]
+    kubemesh scenario run NAME [--mode buggy|fixed|both] [--repeat N] [--seed S] [--profile P]
                                [--clock-rate R] [--report-dir DIR] [--json]
     kubemesh scenario run NAME --mode buggy|fixed --attach KUBECONFIG|DIR|URL [--context C]
                                [--token T | --token-file F] [--ca-file F] [--node-access auto|admin|chaos]
@@ -11,7 +11,9 @@
 `run` starts a fresh mesh for each run, runs the scenario, checks its oracle and writes a report
 per run. Exit status 0 when every run had the outcome expected for its mode (reproduced in
 buggy mode, prevented in fixed mode), 1 otherwise. `--json` prints one object per run:
-`{"scenario", "mode", "seed", "outcome", "wall_s", "cluster_s", "report", "bugs"}`.
+`{"scenario", "mode", "seed", "outcome", "wall_s", "cluster_s", "report", "bugs", "profile"}`.
+Each scenario runs as its seed's release (`Scenario.profile`); `--profile current` runs it as
+today's release instead.
 
 `verify` checks that a scenario's oracle proves its own path: four runs on fresh meshes, the
 bug switch on and off times the scenario's faults on and off, and a table of their outcomes
@@ -43,6 +45,7 @@ from typing import Any, cast
 from kubemesh.scenarios import attached, running, verifying
 from kubemesh.scenarios.framework import MODES, Mode
 from kubemesh.services.mesh.endpoint import EndpointError
+from kubemesh.services.model import profiles
 from kubemesh.services.tools.commands import Command, positive_float, positive_int
 
 
@@ -62,6 +65,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--report-dir", type=Path, default=None,
                      help="where the reports go (default: ./kubemesh-reports/<timestamp>)")
     run.add_argument("--json", action="store_true", help="print one JSON object per run")
+    run.add_argument("--profile", choices=profiles.PROFILES, default=None,
+                     help="run fresh meshes as this release instead of the scenario's own (`current`: today's "
+                          "defaults, to show the difference; see `kubemesh profiles`)")
     ver = sub.add_parser("verify", help="run a scenario's four cells (switch on/off x faults on/off): is it sound?")
     ver.add_argument("name", help="scenario name (see `kubemesh scenario list`)")
     ver.add_argument("--seed", type=int, default=None, help="the seed of every cell (default: random)")
@@ -104,14 +110,14 @@ def _list(args: argparse.Namespace) -> int:
         for s in scenarios.values():
             print(json.dumps({"name": s.name, "summary": s.summary, "upstream": list(s.upstream),
                               "bugs": list(s.bugs), "eraBugs": list(s.era_bugs), "needsChaos": s.needs_chaos,
-                              "windowNeedsFaults": s.window_needs_faults}))
+                              "windowNeedsFaults": s.window_needs_faults, "profile": s.profile}))
         return 0
     width = max(len(n) for n in scenarios)
     for s in scenarios.values():
         bugs = ",".join(s.bugs) or "-"
         print(f"{s.name:<{width}}  {s.summary}")
         era = f"; both modes: {','.join(s.era_bugs)}" if s.era_bugs else ""
-        print(f"{'':<{width}}  upstream: {', '.join(s.upstream)}; buggy mode: {bugs}{era}")
+        print(f"{'':<{width}}  runs as {s.profile}; upstream: {', '.join(s.upstream)}; buggy mode: {bugs}{era}")
     return 0
 
 
@@ -131,6 +137,10 @@ async def _run(args: argparse.Namespace) -> int:
             return 2
         if args.clock_rate is not None:
             print("--clock-rate cannot be used with --attach: the mesh's clock is its own", file=sys.stderr)
+            return 2
+        if args.profile is not None:
+            print("--profile cannot be used with --attach: the mesh runs the release it was started as",
+                  file=sys.stderr)
             return 2
         try:
             target = attached.ExistingMesh.from_target(
@@ -162,7 +172,7 @@ async def _run(args: argparse.Namespace) -> int:
         results = await running.run_scenario(scenarios[name], modes=modes, repeat=args.repeat, seed=args.seed,
                                              clock_rate=args.clock_rate, report_dir=report_dir,
                                              log=progress if not args.json else None, on_result=on_result,
-                                             target=target)
+                                             target=target, profile=args.profile)
         ok = ok and all(r.ok for r in results)
         if not args.json and len(results) > 1:
             for mode in modes:

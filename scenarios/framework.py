@@ -146,6 +146,13 @@ class Scenario(ABC):
     `ctx.namespace` (deleted after the run) and every change outside it has an undo
     (`ctx.defer`, or the context's own node and fault operations). A scenario that is not
     reusable consumes an attached mesh: the runner refuses later runs on it."""
+    profile: ClassVar[str] = "current"
+    """The release a fresh mesh runs as (`kubemesh profiles`; its seed's): its defaults and bug
+    switches in both modes, with the scenario's own `bugs` turned off in fixed mode (the fix
+    backported). `kubemesh scenario run NAME --profile current` runs it as today's release."""
+    also_fixed: ClassVar[tuple[str, ...]] = ()
+    """Switches of the release that fixed mode turns off besides `bugs`: fixes the one under test
+    needs in that release (nominated-node-race under 1.13 needs kubernetes#77990 as well)."""
 
     def bugs_for(self, mode: Mode) -> tuple[str, ...]:
         """The switches a mode runs with: `era_bugs`, plus `bugs` in buggy mode."""

@@ -40,7 +40,10 @@ class RunResult:
     startup_s: float | None = None
     evidence: list[str] = field(default_factory=list)
     bugs: list[str] = field(default_factory=list)
-    """The bug switches the run's mesh had on (`Scenario.bugs_for(mode)`)."""
+    """The bug switches the run's mesh had on (its profile's and the mode's)."""
+    profile: str = ""
+    """The version profile a fresh run's mesh ran (`kubemesh profiles`); empty for an attached run,
+    whose mesh runs the release it was started as."""
     faults: bool = True
     """Whether the scenario's injections were made (False: `kubemesh scenario verify`'s cells)."""
     skipped: list[str] = field(default_factory=list)
@@ -55,7 +58,7 @@ class RunResult:
         """The `--json` object."""
         return {"scenario": self.scenario, "mode": self.mode, "seed": self.seed, "outcome": self.outcome,
                 "wall_s": round(self.wall_s, 3), "cluster_s": round(self.cluster_s, 3), "report": self.report,
-                "bugs": list(self.bugs)}
+                "bugs": list(self.bugs), "profile": self.profile}
 
 
 async def guarded_run(scenario: Scenario, ctx: ScenarioContext) -> Verdict:
@@ -106,8 +109,8 @@ def write_report(out: Path, *, scenario: Scenario, result: RunResult, verdict: V
     bugs = ", ".join(result.bugs) or "none"
     faults = "" if result.faults else ", faults off"
     lines = [
-        f"{scenario.name} ({', '.join(scenario.upstream)}): {result.mode} mode (bugs: {bugs}{faults}), "
-        f"seed {result.seed}",
+        f"{scenario.name} ({', '.join(scenario.upstream)}): {result.mode} mode"
+        f"{f' as release {result.profile}' if result.profile else ''} (bugs: {bugs}{faults}), seed {result.seed}",
         f"{scenario.summary}",
         "",
         f"Outcome: {result.outcome.upper()} (expected in {result.mode} mode{faults}: {result.expected}"

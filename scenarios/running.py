@@ -2,8 +2,9 @@
 
 `run_scenario` runs one scenario `repeat` times per mode. Each run:
 
-1. starts a fresh mesh (`kubemesh.services.mesh.launching.Mesh`) shaped as the scenario asks, with the
-   scenario's bug switches on in buggy mode and none in fixed mode, seeded with the run's seed;
+1. starts a fresh mesh (`kubemesh.services.mesh.launching.Mesh`) shaped as the scenario asks, as
+   the scenario's release (`Scenario.profile`, or the `profile` given), with the scenario's bug
+   switches on in buggy mode and off in fixed mode, seeded with the run's seed;
 2. runs the scenario against it (a deadline in cluster time; a crash or a missing capability
    makes the run inconclusive, never a guess);
 3. collects the apiserver's history and the Events before the mesh stops;
@@ -38,6 +39,7 @@ from kubemesh.scenarios.reporting import RunResult, guarded_run, write_report
 from kubemesh.services.machinery.clock import ClusterClock
 from kubemesh.services.mesh.endpoint import MeshError
 from kubemesh.services.mesh.launching import Mesh, MeshSpec
+from kubemesh.services.model import profiles
 from kubemesh.services.model.kinds import EVENTS
 
 DEFAULT_REPORT_ROOT: Final = Path("kubemesh-reports")
@@ -48,6 +50,25 @@ COMPONENT_ARGS: Final[dict[str, tuple[str, ...]]] = {"apiserver": ("--no-system-
 A scenario's cluster holds only the scenario's objects: no control-plane mirror pods (the
 scheduler would cache their host as a node it has no Node for) and no cluster DNS pods taking
 room on the nodes; the races are measured as the seeds describe them."""
+
+
+def mode_switches(scenario: Scenario, mode: Mode, profile: str) -> tuple[str, ...]:
+    """The `--bugs` of a fresh mesh: the mode's switches, and `-NAME` in fixed mode.
+
+    `-NAME` turns off each of the scenario's own switches that its release turns on: the fix
+    backported to that release.
+    """
+    fixes = (*scenario.bugs, *scenario.also_fixed)
+    off = tuple(f"-{b}" for b in fixes if mode == "fixed" and b in profiles.resolve(profile).bugs())
+    return (*scenario.bugs_for(mode), *off)
+
+
+def effective_bugs(scenario: Scenario, mode: Mode, profile: str) -> list[str]:
+    """Every switch a fresh mesh of this mode runs with: the release's, plus the mode's, minus the fixed ones."""
+    chosen = set(profiles.resolve(profile).bugs()) | set(scenario.bugs_for(mode))
+    if mode == "fixed":
+        chosen -= {*scenario.bugs, *scenario.also_fixed}
+    return sorted(chosen)
 
 
 def catalog() -> dict[str, Scenario]:
@@ -71,8 +92,10 @@ async def run_scenario(scenario: Scenario, *, modes: Sequence[Mode] = ("buggy", 
                        seed: int | None = None, clock_rate: float | None = None, report_dir: Path | None = None,
                        log: Callable[[str], None] | None = None,
                        on_result: Callable[[RunResult], None] | None = None,
-                       target: ExistingMesh | None = None) -> list[RunResult]:
+                       target: ExistingMesh | None = None, profile: str | None = None) -> list[RunResult]:
     """Run a scenario `repeat` times in each mode (seeds `seed`, `seed+1`, ...).
+
+    `profile` runs fresh meshes as another release than the scenario's own (`current`: today's).
 
     With `target`, every run attaches to that running mesh instead of starting a fresh one
     (`scenarios.attached.run_attached`: checked, recorded, cleaned up, never torn down); the
@@ -87,7 +110,8 @@ async def run_scenario(scenario: Scenario, *, modes: Sequence[Mode] = ("buggy", 
             if target is not None:
                 r = await run_attached(scenario, target=target, mode=mode, seed=s, report_dir=root, log=log)
             else:
-                r = await run_once(scenario, mode=mode, seed=s, clock_rate=clock_rate, report_dir=root, log=log)
+                r = await run_once(scenario, mode=mode, seed=s, clock_rate=clock_rate, report_dir=root, log=log,
+                                   profile=profile)
             results.append(r)
             if on_result is not None:
                 on_result(r)
@@ -96,12 +120,14 @@ async def run_scenario(scenario: Scenario, *, modes: Sequence[Mode] = ("buggy", 
 
 async def run_once(scenario: Scenario, *, mode: Mode, seed: int, clock_rate: float | None = None,
                    report_dir: Path, log: Callable[[str], None] | None = None, faults: bool = True,
-                   expected: Outcome | None = None) -> RunResult:
+                   expected: Outcome | None = None, profile: str | None = None) -> RunResult:
     """One run: fresh mesh, scenario, verdict, report (see the module docstring).
 
     `faults=False` skips the scenario's injections; `expected` (default: the mode's outcome)
-    is what the run's `ok` compares with.
+    is what the run's `ok` compares with; `profile` (default: the scenario's) is the release
+    the mesh runs as.
     """
+    release = profile or scenario.profile
     shape = scenario.mesh_shape(mode)
     rate = clock_rate or shape.clock_rate
     out = report_dir / scenario.name / (f"{mode}-seed{seed}" if faults else f"{mode}-nofaults-seed{seed}")
@@ -112,7 +138,7 @@ async def run_once(scenario: Scenario, *, mode: Mode, seed: int, clock_rate: flo
     for comp, args in shape.extra_args.items():
         extra.setdefault(comp, []).extend(args)
     spec = MeshSpec(nodes=shape.nodes, zones=shape.zones, kubelets=shape.kubelets, capacity=shape.capacity,
-                    clock_rate=rate, bugs=scenario.bugs_for(mode), seed=seed,
+                    clock_rate=rate, bugs=mode_switches(scenario, mode, release), profile=release, seed=seed,
                     state_dir=out / "mesh", extra_args=extra, start_timeout=30.0, stop_grace=2.0)
     started = time.monotonic()
     mesh = Mesh(spec)
@@ -151,7 +177,8 @@ async def run_once(scenario: Scenario, *, mode: Mode, seed: int, clock_rate: flo
     result = RunResult(scenario=scenario.name, mode=mode, seed=seed, outcome=verdict.outcome, wall_s=wall_s,
                        cluster_s=cluster_s, report=str(out.resolve()), summary=verdict.summary,
                        expected=expected or scenario.expected[mode], startup_s=startup,
-                       evidence=list(verdict.evidence), bugs=list(scenario.bugs_for(mode)), faults=faults,
+                       evidence=list(verdict.evidence), bugs=effective_bugs(scenario, mode, release),
+                       profile=release, faults=faults,
                        skipped=list(ctx.skipped) if ctx is not None else [])
     write_report(out, scenario=scenario, result=result, verdict=verdict, ctx=ctx, history=history, events=events,
                  t0=t0, t_end=t_end, clock_rate=rate)

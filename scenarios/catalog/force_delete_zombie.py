@@ -72,6 +72,7 @@ class ForceDeleteZombie(Scenario):
                               "while its replacement runs elsewhere (force delete) or never (graceful delete)")
     upstream: ClassVar[tuple[str, ...]] = ("kubectl delete --force docs", "kubernetes#72226", "KEP-2268")
     bugs: ClassVar[tuple[str, ...]] = ()
+    profile: ClassVar[str] = "1.15"
     expected: ClassVar[dict[Mode, Outcome]] = {"buggy": "hazard", "fixed": "prevented"}
     needs_chaos: ClassVar[bool] = True
     shape: ClassVar[MeshShape] = MeshShape(nodes=3, clock_rate=60.0)

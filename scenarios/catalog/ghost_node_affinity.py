@@ -49,6 +49,7 @@ class GhostNodeAffinity(Scenario):
                               "with node not found and stay Pending")
     upstream: ClassVar[tuple[str, ...]] = ("kubernetes#50813", "fixed by kubernetes#53647")
     bugs: ClassVar[tuple[str, ...]] = ("ghost-node-affinity-error",)
+    profile: ClassVar[str] = "1.8"
     shape: ClassVar[MeshShape] = MeshShape(nodes=3, clock_rate=60.0)
     deadline: ClassVar[float] = 400.0
     window_needs_faults: ClassVar[bool] = False

@@ -67,6 +67,7 @@ class MissedNodeDelete(Scenario):
     upstream: ClassVar[tuple[str, ...]] = ("kubernetes#56261", "fixed by kubernetes#56622 (1.8: #58038)",
                                            "kubernetes#94437")
     bugs: ClassVar[tuple[str, ...]] = ("keep-missed-node",)
+    profile: ClassVar[str] = "1.8"
     era_bugs: ClassVar[tuple[str, ...]] = ("ghost-node-affinity-error",)
     needs_chaos: ClassVar[bool] = True
     shape: ClassVar[MeshShape] = MeshShape(nodes=3, clock_rate=60.0)

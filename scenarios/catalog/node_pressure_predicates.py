@@ -62,6 +62,7 @@ class NodePressurePredicates(Scenario):
     upstream: ClassVar[tuple[str, ...]] = ("kubernetes v1.7 CheckNodeMemoryPressure predicate",
                                            "TaintNodesByCondition (GA 1.17)", "kubelet eviction manager")
     bugs: ClassVar[tuple[str, ...]] = ("pressure-predicates",)
+    profile: ClassVar[str] = "1.7"
     window_needs_faults: ClassVar[bool] = False
     """The window is opened by the workload (usage), not by a fault: faults off changes nothing."""
     shape: ClassVar[MeshShape] = MeshShape(nodes=3, clock_rate=60.0, capacity="cpu=4,memory=4Gi,pods=110",

@@ -78,6 +78,7 @@ class RecreateStuckTerminating(Scenario):
                               "its new pod; the out-of-service taint resolves it (fixed) or not (buggy)")
     upstream: ClassVar[tuple[str, ...]] = ("seed 003", "kubernetes#112452", "KEP-2268 (GA 1.28)")
     bugs: ClassVar[tuple[str, ...]] = ("no-out-of-service-gc",)
+    profile: ClassVar[str] = "1.15"
     shape: ClassVar[MeshShape] = MeshShape(nodes=3, clock_rate=120.0)
     deadline: ClassVar[float] = 900.0
     reusable: ClassVar[bool] = True

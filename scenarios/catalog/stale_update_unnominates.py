@@ -45,6 +45,7 @@ class StaleUpdateUnnominates(PreemptionRace):
                               "in-memory nomination, un-reserves the node for a smaller pod")
     upstream: ClassVar[tuple[str, ...]] = ("kubernetes#74931", "fixed by kubernetes#77990")
     bugs: ClassVar[tuple[str, ...]] = ("stale-update-unnominates",)
+    profile: ClassVar[str] = "1.14"
 
     async def run(self, ctx: ScenarioContext) -> Verdict:
         """Set up, inject, observe (see the module docstring)."""

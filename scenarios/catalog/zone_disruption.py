@@ -92,6 +92,7 @@ from kubemesh.scenarios.workloads import pod
 from kubemesh.services.machinery.client import ApiError
 from kubemesh.services.machinery.clock import time_or_none
 from kubemesh.services.model.kinds import EVENTS, NODES, PODS, Obj, labels_of, name_of, rv_of
+from kubemesh.services.model.profiles import ALPHA_NOT_READY, ALPHA_UNREACHABLE
 from kubemesh.services.model.wellknown import LABEL_ZONE, TAINT_NOT_READY, TAINT_UNREACHABLE
 
 ZONE_A: Final = "zone-a"
@@ -116,6 +117,8 @@ DEBUG_PATH: Final = "/debug/controller-manager"
 ZONE_LABEL: Final = LABEL_ZONE
 UNREACHABLE: Final = TAINT_UNREACHABLE
 NOT_READY: Final = TAINT_NOT_READY
+NOEXECUTE_KEYS: Final = (UNREACHABLE, NOT_READY, ALPHA_UNREACHABLE, ALPHA_NOT_READY)
+"""Both names of each taint: v1.7's taint-based eviction (fixed mode of the 1.7 profile) used alpha keys."""
 NORMAL, PARTIAL, FULL = "Normal", "PartialDisruption", "FullDisruption"
 POLL_WALL = 0.03
 """Wall seconds between two polls of the debug document (tooling, not cluster behaviour)."""
@@ -125,11 +128,11 @@ STALL = 2 * PERIOD
 
 def _tolerations(seconds: int | None) -> list[dict[str, Any]]:
     extra = {} if seconds is None else {"tolerationSeconds": seconds}
-    return [{"key": k, "operator": "Exists", "effect": "NoExecute", **extra} for k in (UNREACHABLE, NOT_READY)]
+    return [{"key": k, "operator": "Exists", "effect": "NoExecute", **extra} for k in NOEXECUTE_KEYS]
 
 
 def _has_noexecute(node: Obj) -> bool:
-    return any(t.get("effect") == "NoExecute" and t.get("key") in (UNREACHABLE, NOT_READY)
+    return any(t.get("effect") == "NoExecute" and t.get("key") in NOEXECUTE_KEYS
                for t in ((node.get("spec") or {}).get("taints") or ()))
 
 
@@ -518,6 +521,7 @@ class ZoneDisruption(Scenario):
     upstream: ClassVar[tuple[str, ...]] = ("kubernetes#28832", "kubernetes#28897", "kubernetes#41133",
                                            "kubernetes#115840")
     bugs: ClassVar[tuple[str, ...]] = ("legacy-pod-eviction",)
+    profile: ClassVar[str] = "1.7"
     shape: ClassVar[MeshShape] = MeshShape(
         nodes=9, zones=(ZONE_A, ZONE_B), kubelets=2, clock_rate=100.0,
         extra_args={"controller_manager": [

@@ -72,6 +72,7 @@ from kubemesh.services.mesh.state import (
     write_state,
 )
 from kubemesh.services.model import bugs as bug_switches
+from kubemesh.services.model import profiles
 from kubemesh.services.process import groups
 from kubemesh.services.process.runs import LAST_EXIT_ENV, exit_code_of
 
@@ -112,7 +113,11 @@ class MeshSpec:
     clock_rate: float = 1.0
     """Cluster seconds per wall second (`--clock-rate` of the apiserver)."""
     bugs: tuple[str, ...] = ()
-    """Bug switches to turn on; each goes to the component it belongs to (`--bugs`)."""
+    """Bug switches to turn on (`-NAME`: off, though the profile turns it on); each goes to the
+    component it belongs to (`--bugs`)."""
+    profile: str = "current"
+    """The version profile every component runs (`--profile`; `kubemesh.services.model.profiles`):
+    the defaults and bug switches of that Kubernetes release."""
     seed: int | None = None
     """`--seed` for every component (None: unseeded)."""
     state_dir: Path | None = None
@@ -179,9 +184,12 @@ class MeshSpec:
         if len(set(self.zones)) != len(self.zones) or any(not z for z in self.zones):
             raise ValueError(f"zone names must be distinct and non-empty: {self.zones!r}")
         for name in self.bugs:
-            if name not in bug_switches.BY_NAME:
+            if not bug_switches.is_known(name):
                 raise bug_switches.UnknownBugError(
                     f"unknown bug switch {name!r}; `kubemesh bugs` lists them")
+        if self.profile not in profiles.PROFILES:
+            raise profiles.UnknownProfileError(
+                f"unknown profile {self.profile!r}; profiles: {', '.join(profiles.PROFILES)}")
         for comp in (*(self.components or ()), *self.extra_args, *self.modules):
             if comp not in COMPONENTS:
                 raise ValueError(f"unknown component {comp!r}; components: {', '.join(COMPONENTS)}")
@@ -615,6 +623,7 @@ class Mesh:
         env = dict(os.environ)
         env.pop("KUBEMESH_TOKEN", None)
         env["KUBEMESH_BUGS"] = ",".join(self.spec.bugs)
+        env[profiles.ENV_VAR] = self.spec.profile
         env["PYTHONUNBUFFERED"] = "1"
         if self.ca_path is not None:
             # Components' HTTP clients trust the mesh CA: Python's default SSL context reads
@@ -627,9 +636,11 @@ class Mesh:
         args = ["--apiserver", self.apiserver_url, "--instance", instance, "--admin-port", "0"]
         if self.token is not None:
             args += ["--token-file", str(self.token_path)]
-        own = [b for b in self.spec.bugs if bug_switches.BY_NAME[b].component == component]
-        if own:
-            args += ["--bugs", ",".join(own)]
+        own = [b for b in self.spec.bugs if bug_switches.BY_NAME[b.removeprefix("-")].component == component]
+        if own:  # `--bugs=` form: a value may start with "-" (a switch turned off)
+            args += [f"--bugs={','.join(own)}"]
+        if self.spec.profile != profiles.DEFAULT_PROFILE:
+            args += ["--profile", self.spec.profile]
         if self.spec.seed is not None:
             args += ["--seed", str(self.spec.seed)]
         if self.spec.log_level:
@@ -671,9 +682,11 @@ class Mesh:
             argv += ["--data-dir", str(self.state_dir / "data")]
         if self.spec.seed is not None:
             argv += ["--seed", str(self.spec.seed)]
-        own = [b for b in self.spec.bugs if bug_switches.BY_NAME[b].component == APISERVER]
+        own = [b for b in self.spec.bugs if bug_switches.BY_NAME[b.removeprefix("-")].component == APISERVER]
         if own:
-            argv += ["--bugs", ",".join(own)]
+            argv += [f"--bugs={','.join(own)}"]
+        if self.spec.profile != profiles.DEFAULT_PROFILE:
+            argv += ["--profile", self.spec.profile]
         argv += list(self.spec.extra_args.get(APISERVER, ()))
         return argv
 

@@ -1,7 +1,8 @@
 """Behaviour switches: the historic bugs, each one switchable on demand.
 
 Every component accepts `--bugs NAME[,NAME...]` and reads `KUBEMESH_BUGS`; each keeps only
-the names that belong to it, so one environment variable can be handed to the whole mesh.
+the names that belong to it, so one environment variable can be handed to the whole mesh. A
+version profile (`--profile`) turns the switches of its release on; `-NAME` turns one off.
 Off (the default) is today's fixed behaviour; on is the behaviour before the upstream fix.
 """
 
@@ -74,22 +75,33 @@ def split_names(value: str | None) -> list[str]:
 
 
 def parse_bugs(*, component: str, cli: Iterable[str] = (),
-               environ: Mapping[str, str] | None = None) -> frozenset[str]:
-    """The switches that apply to `component`, from the CLI and `KUBEMESH_BUGS`.
+               environ: Mapping[str, str] | None = None, profile: Iterable[str] = ()) -> frozenset[str]:
+    """The switches that apply to `component`, from its profile, the CLI and `KUBEMESH_BUGS`.
 
-    Names given on the command line must exist (a typo is an error, not a silent no-op);
-    names in the environment that belong to other components are ignored.
+    `profile` holds the switches a version profile turns on (`kubemesh.services.model.profiles`);
+    a name with a leading `-` (`-legacy-pod-eviction`) turns a switch off, whichever source turned
+    it on: a release with one fix backported. Names given on the command line must exist (a typo
+    is an error, not a silent no-op); names in the environment that belong to other components
+    are ignored.
     """
     env = os.environ if environ is None else environ
-    chosen: set[str] = set()
+    chosen: set[str] = {n for n in profile if n in BY_NAME and BY_NAME[n].component == component}
+    off: set[str] = set()
     for name in cli:
-        bug = BY_NAME.get(name)
+        bare = name.removeprefix("-")
+        bug = BY_NAME.get(bare)
         if bug is None:
-            raise UnknownBugError(f"unknown bug switch {name!r}; `kubemesh bugs` lists them")
+            raise UnknownBugError(f"unknown bug switch {bare!r}; `kubemesh bugs` lists them")
         if bug.component == component:
-            chosen.add(name)
+            (off if name.startswith("-") else chosen).add(bare)
     for name in split_names(env.get(ENV_VAR)):
-        bug = BY_NAME.get(name)
+        bare = name.removeprefix("-")
+        bug = BY_NAME.get(bare)
         if bug is not None and bug.component == component:
-            chosen.add(name)
-    return frozenset(chosen)
+            (off if name.startswith("-") else chosen).add(bare)
+    return frozenset(chosen - off)
+
+
+def is_known(name: str) -> bool:
+    """Whether `name` (or `-name`, a switch turned off) is a known switch."""
+    return name.removeprefix("-") in BY_NAME

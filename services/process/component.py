@@ -52,7 +52,7 @@ from structlog.typing import FilteringBoundLogger
 
 from kubemesh.services.machinery.client import ApiClient, ApiError, NotFoundError
 from kubemesh.services.machinery.clock import Clock, ClusterClock, component_rng
-from kubemesh.services.model import codec
+from kubemesh.services.model import codec, profiles
 from kubemesh.services.model.bugs import UnknownBugError, parse_bugs, split_names
 from kubemesh.services.process import chaospoints, startup
 from kubemesh.services.process.admin import AdminServer, AdminSettings, json_response, status_response
@@ -185,7 +185,8 @@ def common_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     g.add_argument("--instance", default=None, help="instance name (default <component>-<host>-<pid>)")
     g.add_argument("--admin-host", default="127.0.0.1", help="admin endpoint address")
     g.add_argument("--admin-port", type=int, default=0, help="admin endpoint port (0: any free port)")
-    g.add_argument("--bugs", default="", help="comma-separated bug switches to turn on")
+    g.add_argument("--bugs", default="", help="comma-separated bug switches to turn on (-NAME: off)")
+    profiles.add_argument(g)
     g.add_argument("--seed", type=int, default=_env_int(SEED_ENV), help=f"RNG seed (env {SEED_ENV})")
     g.add_argument("--log-level", default="info", choices=LEVELS)
     g.add_argument("--encoding", default="msgpack", choices=("msgpack", "json"))
@@ -429,9 +430,12 @@ def main(*, component: str, run: Run, parser: argparse.ArgumentParser | None = N
     common_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        bugs = parse_bugs(component=component, cli=split_names(args.bugs))
+        # The release's defaults become the flags' defaults: parse again so explicit flags win.
+        release = profiles.apply_defaults(parser, component=component, profile=args.profile, strict=False)
+        args = parser.parse_args(argv)
+        bugs = parse_bugs(component=component, cli=split_names(args.bugs), profile=release.bugs(component))
         token = read_token(args.token_file)
-    except (UnknownBugError, OSError) as exc:
+    except (UnknownBugError, profiles.UnknownProfileError, LookupError, OSError) as exc:
         parser.error(str(exc))
     instance = args.instance or default_instance(component)
     try:  # uvloop is optional; it makes a kubelet hosting thousands of nodes markedly cheaper

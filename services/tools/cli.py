@@ -1,6 +1,7 @@
 """The `kubemesh` command: run a mesh on this machine and look at it.
 
     kubemesh bugs [--json] [--wide]           every behaviour switch, with its upstream issue and fix
+    kubemesh profiles [NAME] [--json]         the version profiles: each release's defaults and switches, with sources
     kubemesh up [--nodes N] [--zones a,b] ... start a mesh in the foreground (Ctrl-C stops it)
     kubemesh status [--json]                  the processes of a running mesh and its Ready nodes
     kubemesh down                             stop a mesh that `up` started in another terminal
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from kubemesh.services.mesh.state import STATE_FILE, log_tail, pid_alive, read_state, state_pids
 from kubemesh.services.model import bugs as bug_switches
+from kubemesh.services.model import profiles as profile_table
 from kubemesh.services.process import groups
 from kubemesh.services.tools import chaos_cli, rbac_cli
 from kubemesh.services.tools.commands import (
@@ -85,6 +87,46 @@ def _run_bugs(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# kubemesh profiles
+
+
+def _configure_profiles(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", nargs="?", choices=profile_table.PROFILES, default=None,
+                        help="one profile (default: every one)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _run_profiles(args: argparse.Namespace) -> int:
+    names = [args.name] if args.name else list(profile_table.PROFILES)
+    resolved = [profile_table.resolve(n) for n in names]
+    if args.json:
+        doc = [{"name": r.name, "summary": r.summary,
+                "defaults": [{"component": d.component, "flag": f"--{d.flag}", "value": d.value, "source": d.source,
+                              "since": since} for d, since in r.defaults],
+                "switches": [{"name": s.name, "on": s.on, "source": s.source, "since": since}
+                             for s, since in r.switches],
+                "features": [{"name": f.name, "enabled": f.enabled, "source": f.source, "emulation": f.emulation,
+                              "since": since} for f, since in r.features]} for r in resolved]
+        print(json.dumps(doc, indent=2))
+        return 0
+    for i, r in enumerate(resolved):
+        if i:
+            print()
+        print(f"profile {r.name}: {r.summary}")
+        rows = [["COMPONENT", "SETS", "VALUE", "FROM", "SOURCE"]]
+        rows += [[d.component, f"--{d.flag}", d.value, since, d.source] for d, since in r.defaults]
+        rows += [[bug_switches.BY_NAME[s.name].component, f"switch {s.name}", "on" if s.on else "off", since,
+                  s.source] for s, since in r.switches]
+        rows += [["-", f"gate {f.name}", "on" if f.enabled else "off", since, f"{f.source}; emulated: {f.emulation}"]
+                 for f, since in r.features]
+        _print_table(rows, out=sys.stdout)
+    if not args.name:
+        print(f"\nRun a mesh as a release with `kubemesh up --profile NAME` (or ${profile_table.ENV_VAR}); "
+              "explicit flags and `--bugs [-]NAME` override it.")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
 # kubemesh up
 
 
@@ -96,9 +138,13 @@ def _configure_up(parser: argparse.ArgumentParser) -> None:
                         help="zone names; nodes are spread evenly over them")
     parser.add_argument("--clock-rate", type=positive_float, default=1.0,
                         help="cluster seconds per wall second (default 1: real time)")
+    parser.add_argument("--profile", choices=profile_table.PROFILES, default=None,
+                        help=f"Kubernetes release to emulate: its defaults and bug switches (default "
+                             f"${profile_table.ENV_VAR}, else current); see `kubemesh profiles`")
     env_bugs = os.environ.get(bug_switches.ENV_VAR, "")
     parser.add_argument("--bugs", type=bug_list, default=None, metavar="NAME[,NAME]",
-                        help=f"bug switches to turn on (default: ${bug_switches.ENV_VAR}, "
+                        help=f"bug switches to turn on, -NAME to turn a profile's off "
+                             f"(default: ${bug_switches.ENV_VAR}, "
                              f"currently {env_bugs or 'empty'}); see `kubemesh bugs`")
     add_state_dir(parser)
     parser.add_argument("--seed", type=int, default=None, help="seed of every component's RNG")
@@ -144,6 +190,7 @@ def _run_up(args: argparse.Namespace) -> Awaitable[int]:
         spec = launching.MeshSpec(
             nodes=args.nodes, kubelets=args.kubelets, zones=tuple(args.zones),
             clock_rate=args.clock_rate, bugs=tuple(args.bugs), seed=args.seed,
+            profile=args.profile or profile_table.from_environment(),
             state_dir=args.state_dir, components=args.components, node_prefix=args.node_prefix,
             capacity=args.capacity, apiserver_port=args.port, persist=args.persist, runtime=args.runtime,
             log_level=args.log_level, start_timeout=args.timeout, eager=args.eager,
@@ -222,8 +269,8 @@ def _print_ready(mesh: Mesh, *, seconds: float) -> None:
     nodes = sum(p.nodes for p in mesh.processes)
     kc = mesh.kubeconfig_path
     print(f"kubemesh: {nodes} nodes Ready in {seconds:.2f} s (wall, from start to every node Ready)")
-    print(f"apiserver: {mesh.apiserver_url}  clock rate: {mesh.spec.clock_rate:g}  "
-          f"bugs: {','.join(mesh.spec.bugs) or 'none (fixed behaviour)'}")
+    print(f"apiserver: {mesh.apiserver_url}  clock rate: {mesh.spec.clock_rate:g}  profile: {mesh.spec.profile}  "
+          f"bugs: {','.join(mesh.spec.bugs) or 'none beyond the profile'}")
     rows = [["NAME", "PID", "PORT", "LOG"]] + [
         [p.name, str(p.pid), str(p.port or "-"), str(p.log_path)] for p in mesh.processes]
     _print_table(rows, out=sys.stdout)
@@ -385,6 +432,8 @@ def builtin_commands() -> tuple[Command, ...]:
     return (
         Command(name="bugs", help="list every behaviour switch (historic bug)", configure=_configure_bugs,
                 run=_run_bugs),
+        Command(name="profiles", help="list the version profiles (each release's defaults and switches)",
+                configure=_configure_profiles, run=_run_profiles),
         Command(name="up", help="start a mesh in the foreground (Ctrl-C stops it)", configure=_configure_up,
                 run=_run_up),
         Command(name="status", help="show the processes and nodes of a running mesh", configure=_configure_status,

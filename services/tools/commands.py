@@ -47,9 +47,9 @@ class Command:
 
 
 def bug_list(value: str) -> tuple[str, ...]:
-    """For argparse: a comma-separated list of known bug switch names."""
+    """For argparse: a comma-separated list of known bug switch names (`-NAME` turns one off)."""
     names = tuple(bug_switches.split_names(value))
-    unknown = [n for n in names if n not in bug_switches.BY_NAME]
+    unknown = [n for n in names if not bug_switches.is_known(n)]
     if unknown:
         raise argparse.ArgumentTypeError(
             f"unknown bug switch(es) {', '.join(unknown)}; known: {', '.join(bug_switches.BY_NAME)} "

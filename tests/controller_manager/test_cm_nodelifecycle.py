@@ -462,3 +462,44 @@ async def test_node_tainted_while_the_monitor_pass_awaits_is_not_requeued() -> N
     await run_for(api, nlc, alive, 5)  # n1 observed Unknown: queued
     await clock.advance(5)
     assert await nlc.eviction_pass() == ["n1"]  # not a wasted token on n5 again
+
+
+async def test_release_taint_keys_are_used_for_noexecute_taints() -> None:
+    """v1.7-v1.8 (`--profile 1.7`) taint with the alpha keys, and swap between them the same way."""
+    clock = ManualClock()
+    api = FakeApi(clock)
+    add_node(api, "n1", ready="False")
+    add_node(api, "n2")
+    alpha = NodeLifecycleSettings(not_ready_taint_key="node.alpha.kubernetes.io/notReady",
+                                  unreachable_taint_key="node.alpha.kubernetes.io/unreachable")
+    nlc = controller(api, settings=alpha)
+    await nlc.monitor_once()
+    await nlc.eviction_pass()
+    assert noexec(api, "n1") == {"node.alpha.kubernetes.io/notReady"}
+    c = condition(api.objects["nodes"]["n1"], "Ready")
+    assert c is not None
+    c["status"] = "Unknown"
+    await nlc.monitor_once()
+    assert noexec(api, "n1") == {"node.alpha.kubernetes.io/unreachable"}
+
+
+async def test_kubelet_posted_ready_false_does_not_mark_pods_not_ready() -> None:
+    """markAllPodsNotReady runs when the controller itself turns Ready from True (the Unknown path):
+    a Ready=False the kubelet posted is already False when a pass reads it (v1.7 compared the
+    condition it read with the one it wrote, as today)."""
+    clock = ManualClock()
+    api = FakeApi(clock)
+    add_node(api, "n1")
+    add_pod(api, "p1", "n1")
+    nlc = controller(api)
+    await nlc.monitor_once()
+    c = condition(api.objects["nodes"]["n1"], "Ready")
+    assert c is not None
+    c.update(status="False", lastTransitionTime=format_time(clock.now()))
+    for _ in range(3):
+        await clock.advance(5)
+        beat(api, "n1")
+        await nlc.monitor_once()
+    assert ready_of(api, "n1") == "False"
+    assert condition_status(api.objects["pods"]["default/p1"], "Ready") == "True"
+    assert nlc.stats.pods_marked_not_ready == 0

@@ -8,17 +8,15 @@ import pytest
 
 from kubemesh.controller_manager.catalogue import ALL_CONTROLLERS, CONTROLLERS
 from kubemesh.controller_manager.settings import (
-    add_arguments,
     from_namespace,
     parse_controllers,
+    parse_flags,
     profile_bugs,
 )
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    return p.parse_args(list(argv))
+    return parse_flags(argv)
 
 
 def test_defaults_current_profile() -> None:
@@ -33,6 +31,8 @@ def test_defaults_current_profile() -> None:
 
 @pytest.mark.parametrize(("profile", "grace", "bugs"), [
     ("1.7", 40, {"legacy-pod-eviction", "no-out-of-service-gc"}),
+    ("1.8", 40, {"legacy-pod-eviction", "no-out-of-service-gc"}),
+    ("1.13", 40, {"no-out-of-service-gc"}),
     ("1.15", 40, {"no-out-of-service-gc"}),
     ("1.28", 40, set()),
     ("current", 50, set()),
@@ -41,6 +41,9 @@ def test_profiles(profile: str, grace: float, bugs: set[str]) -> None:
     s = from_namespace(parse("--profile", profile), known=ALL_CONTROLLERS)
     assert s.node_lifecycle.node_monitor_grace_period == grace
     assert profile_bugs(s.profile) == bugs
+    alpha = profile in ("1.7", "1.8")
+    assert s.node_lifecycle.not_ready_taint_key == ("node.alpha.kubernetes.io/notReady" if alpha
+                                                    else "node.kubernetes.io/not-ready")
 
 
 def test_explicit_flags_override_profile() -> None:

@@ -515,3 +515,30 @@ async def test_daemonset_one_pod_per_eligible_node() -> None:
     assert len(api.objects["pods"]) == 2
     st = api.objects["daemonsets"]["default/agent"]["status"]
     assert st["desiredNumberScheduled"] == 2 and st["currentNumberScheduled"] == 2
+
+
+
+async def test_daemonset_pod_stays_on_a_node_that_gets_a_noschedule_taint() -> None:
+    """Upstream's shouldContinueRunning: a NotReady node's `not-ready:NoSchedule` taint keeps new
+    daemon pods off (they tolerate only the NoExecute one) but does not delete the one it runs;
+    an untolerated NoExecute taint does."""
+    clock = ManualClock()
+    api = FakeApi(clock)
+    api.add(NODES, {"metadata": {"name": "n1"}, "spec": {}})
+    api.add(DAEMONSETS, {"metadata": {"name": "agent"}, "spec": {
+        "selector": {"matchLabels": {"app": "agent"}},
+        "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}})
+    dc = DaemonSetController(api=api, daemonsets=api.store(DAEMONSETS), nodes=api.store(NODES),
+                             pods=api.store(PODS), clock=clock, rng=random.Random(3),
+                             recorder=recorder(clock).for_component("daemonset-controller"))
+    await dc.reconcile("default/agent")
+    assert len(api.objects["pods"]) == 1
+    for p in api.objects["pods"].values():
+        dc.on_pod_add(p)
+    api.objects["nodes"]["n1"]["spec"]["taints"] = [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
+    await dc.reconcile("default/agent")
+    assert len(api.objects["pods"]) == 1 and not any(
+        "deletionTimestamp" in p["metadata"] for p in api.objects["pods"].values())
+    api.objects["nodes"]["n1"]["spec"]["taints"] = [{"key": "dedicated", "effect": "NoExecute"}]
+    await dc.reconcile("default/agent")
+    assert not [p for p in api.objects["pods"].values() if "deletionTimestamp" not in p["metadata"]]
