@@ -11,6 +11,13 @@ Never) arrives once the victims are gone, while P backs off.
 
 Oracle (60 cluster seconds): buggy, S is bound to the node and P stays Pending (reproduced);
 fixed, S is kept off the node by P's in-memory nomination and P is bound there (prevented).
+
+Then the seed's third consequence, once the hold is gone and P's nomination has reached the
+scheduler: a small pod T (500m cpu, same priority, preemptionPolicy Never) is created. Buggy,
+the node has 1900m free next to S (3900m allocatable), but the scheduler counts the stranded
+nomination of P (3 cpu) as if P were there, so T is kept off a node it fits, while P cannot fit
+either: both stay Pending (part of "reproduced"). Fixed, P is on the node and T fits beside it
+(part of "prevented").
 Safety in both modes: P and S (5 cpu) are never both bound to the 4-cpu node (inconclusive if
 they are: the scheduler over-committed).
 
@@ -116,11 +123,57 @@ class NominatedNodeRace(PreemptionRace):
             ctx.mark(f"s bound to {sn}", lane="scheduler")
         if pn:
             ctx.mark(f"p bound to {pn}", lane="scheduler")
+        symptom, healthy = bool(sn) and not pn, bool(pn) and not sn
+        if not (symptom or healthy):
+            return oracles.decide(symptom=False, healthy=False, evidence=evidence, reproduced="", prevented="")
+        node = sn or pn
+        t_node = await self._small_pod(ctx, stranded=symptom, evidence=evidence)
+        if symptom and t_node:
+            return oracles.inconclusive(f"s took {sn} while p's nomination was in flight, but the small pod t was "
+                                        f"then bound to {t_node}: p's stranded nomination did not hold it off",
+                                        evidence)
+        if healthy and t_node != node:
+            return oracles.inconclusive(f"p was bound to {pn} and s kept off, but the small pod t, which fits "
+                                        f"beside p, was not bound there (node {t_node or '-'})", evidence)
         return oracles.decide(
-            symptom=bool(sn) and not pn, healthy=bool(pn) and not sn, evidence=evidence,
+            symptom=symptom, healthy=healthy, evidence=evidence,
             reproduced=(f"reproduced: pod default/s took {sn} while p's nomination to it was in flight (its update "
                         f"held on the scheduler's watch); the high-priority pod default/p stays Pending with "
-                        f"nominatedNodeName={nnn} and the room it preempted for is gone"),
+                        f"nominatedNodeName={nnn} and the room it preempted for is gone; and the stranded "
+                        f"nomination keeps the 500m pod t off {sn} although 1900m are free there"),
             prevented=(f"prevented: p was nominated in memory before the patch, so s was kept off {pn}; p was "
                        f"bound to {pn} although the update carrying its nomination reached the scheduler only "
-                       f"{echo}, after the scheduler had decided on s"))
+                       f"{echo}, after the scheduler had decided on s; the 500m pod t fits beside p and was "
+                       f"bound to {pn}"))
+
+    async def _small_pod(self, ctx: ScenarioContext, *, stranded: bool, evidence: list[str]) -> str:
+        """The seed's third consequence: create the 500m pod t and return the node it got ("" for none)."""
+        if stranded:
+            # The hold is gone: p's nomination reaches the scheduler, which now counts p (3 cpu) on
+            # the node beside s (2 cpu) for every pod of p's priority or lower.
+            async def nomination_seen() -> bool:
+                held = oracles.held_past(await ctx.records(), fault="hold-nomination-echo", key="default/p",
+                                         component="scheduler", acted_on="default/s", t0=ctx.t0)
+                return held.delivered is not None
+
+            if not await ctx.until(nomination_seen, within=10):
+                evidence.append("p's nomination never reached the scheduler after the hold ended")
+                return ""
+        await ctx.client.create(PODS, pod("t", cpu="500m", priority_class="high", preemption_policy="Never"),
+                                namespace="default")
+        ctx.mark("create t (high, 500m cpu)", lane="scenario")
+
+        async def bound() -> str | None:
+            return oracles.node_name(await ctx.pod("t")) or None
+
+        t_node = await ctx.until(bound, within=self.observe / 2) or ""
+        if stranded and not t_node:
+            failures = await ctx.events_about("t", reason="FailedScheduling")
+            p = await ctx.pod("p")
+            evidence.append(f"t (500m) unbound after {self.observe / 2:.0f} s; p still "
+                            f"{'Pending' if not oracles.node_name(p) else 'bound'}, nominatedNodeName "
+                            f"{((p or {}).get('status') or {}).get('nominatedNodeName')}"
+                            + (f"; t FailedScheduling: {failures[-1].get('message')}" if failures else ""))
+        else:
+            evidence.append(f"t (500m): node {t_node or '-'}")
+        return t_node
