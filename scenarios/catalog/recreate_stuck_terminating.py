@@ -13,7 +13,9 @@ on the shut-down node: PodGC force-deletes the Terminating pods there, the rollo
 
 * fixed: after the taint the new pod is created and runs (prevented);
 * buggy (`no-out-of-service-gc`, before KEP-2268): the taint changes nothing, the rollout stays
-  stuck (reproduced).
+  stuck (reproduced). Then the seed's remedy of that time: the operator force-deletes the pod
+  (`kubectl delete pod --grace-period=0 --force`), and the new pod must run within 60 cluster
+  seconds (else inconclusive: the stuck rollout was not the pod's doing).
 
 Oracle: liveness, a pod of the new ReplicaSet is Running within 60 cluster seconds of the taint.
 The window, read from the history: the victim's kubelet wrote no heartbeat after the power-off
@@ -33,7 +35,7 @@ from kubemesh.scenarios import oracles
 from kubemesh.scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
 from kubemesh.scenarios.workloads import deployment
 from kubemesh.services.machinery.client import ConflictError, NotFoundError
-from kubemesh.services.model.kinds import DEPLOYMENTS, NODES, Obj
+from kubemesh.services.model.kinds import DEPLOYMENTS, NODES, PODS, Obj
 from kubemesh.services.model.wellknown import TAINT_OUT_OF_SERVICE
 
 OUT_OF_SERVICE = TAINT_OUT_OF_SERVICE
@@ -201,8 +203,26 @@ class RecreateStuckTerminating(Scenario):
                 prevented=(f"prevented: after the out-of-service taint PodGC force-deleted {old_name} and the new "
                            f"pod {live.value['metadata']['name']} was Running {live.at - tainted_at:.0f} s of "
                            f"cluster time later on {oracles.node_name(live.value)}"))
+        stuck_now = old is not None and oracles.is_terminating(old)
+        if not stuck_now:
+            return oracles.decide(symptom=False, healthy=False, prevented="", reproduced="", evidence=evidence,
+                                  inconclusive=f"{old_name} went away, but no new pod ran")
+        # The seed's remedy before KEP-2268: the operator force-deletes the pod record
+        # (`kubectl delete pod --grace-period=0 --force`); the rollout must then go on.
+        await ctx.client.delete(PODS, old_name, namespace=ns, grace_period_seconds=0)
+        forced_at = ctx.now()
+        ctx.mark(f"force DELETE {old_name} (the seed's remedy)", lane="scenario")
+        ctx.say(f"remedy: force-deleted {old_name} (--grace-period=0 --force)")
+        remedied = await oracles.eventually(ctx, "a pod of the new ReplicaSet Running after the force delete",
+                                            new_running, within=RESOLVE_WITHIN)
+        if not (remedied.held and remedied.at is not None):
+            return oracles.inconclusive(f"{old_name} stayed Terminating after the out-of-service taint, but the "
+                                        "seed's remedy (force delete) did not unstick the rollout either", evidence)
+        evidence.append(f"remedy: after the force delete of {old_name} the new pod "
+                        f"{remedied.value['metadata']['name']} was Running {remedied.at - forced_at:.0f} s later")
         return oracles.decide(
-            symptom=old is not None and oracles.is_terminating(old), healthy=False, prevented="", evidence=evidence,
+            symptom=True, healthy=False, prevented="", evidence=evidence,
             reproduced=(f"reproduced: Deployment {ns}/cron never created its new pod; {old_name} stayed "
                         f"Terminating on powered-off {victim} {RESOLVE_WITHIN:.0f} s after the out-of-service taint "
-                        "(PodGC does not force-delete it), so Recreate's oldPodsRunning stays true"))
+                        "(PodGC does not force-delete it), so Recreate's oldPodsRunning stays true; the seed's "
+                        f"remedy, a force delete, let the new pod run {remedied.at - forced_at:.0f} s later"))
