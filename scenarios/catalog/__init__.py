@@ -15,6 +15,7 @@ from kubemesh.scenarios.catalog.pre_lease_heartbeat import PreLeaseHeartbeat
 from kubemesh.scenarios.catalog.ready_false_eviction import ReadyFalseEviction
 from kubemesh.scenarios.catalog.recreate_stuck_terminating import RecreateStuckTerminating
 from kubemesh.scenarios.catalog.stale_update_unnominates import StaleUpdateUnnominates
+from kubemesh.scenarios.catalog.statefulset_stuck_terminating import StatefulSetStuckTerminating
 from kubemesh.scenarios.catalog.zone_disruption import ZoneDisruption
 from kubemesh.scenarios.framework import Scenario
 
@@ -25,6 +26,7 @@ SCENARIOS: Final[tuple[Scenario, ...]] = (
     StaleUpdateUnnominates(),
     NodeHeartbeatEviction(),
     RecreateStuckTerminating(),
+    StatefulSetStuckTerminating(),
     ForceDeleteZombie(),
     NodePressurePredicates(),
     ZoneDisruption(),

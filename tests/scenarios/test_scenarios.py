@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parent.parent.parent
 SEED = 7
 OUTCOMES = set(get_args(Outcome))
 
-SLOW = {"node-heartbeat-eviction", "recreate-stuck-terminating", "pre-lease-heartbeat", "ready-false-eviction",
-        "large-cluster-threshold"}
+SLOW = {"node-heartbeat-eviction", "recreate-stuck-terminating", "statefulset-stuck-terminating",
+        "pre-lease-heartbeat", "ready-false-eviction", "large-cluster-threshold"}
 CLI_SCENARIO = "nominated-node-race"
 """The scenario verified through the real CLI (`kubemesh scenario verify NAME --json` in a
 subprocess): its test checks the JSON contract too, at no extra cost."""
