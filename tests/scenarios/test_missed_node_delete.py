@@ -14,7 +14,7 @@ import pytest
 
 from kubemesh.scenarios.framework import EXPECTED, Mode
 from kubemesh.scenarios.oracles import select
-from kubemesh.scenarios.running import catalog, run_once
+from kubemesh.scenarios.running import catalog, effective_bugs, run_once
 
 
 @pytest.mark.parametrize("mode", ["buggy", "fixed"])
@@ -26,8 +26,10 @@ async def test_missed_node_delete_outcome_and_mechanism(mode: Mode, tmp_path: Pa
     assert result.outcome == EXPECTED[mode], f"{result.summary}\n" + "\n".join(result.evidence)
     report = Path(result.report)
     doc = json.loads((report / "run.json").read_text())
-    expected_bugs = ["ghost-node-affinity-error", "keep-missed-node"] if mode == "buggy" else \
-        ["ghost-node-affinity-error"]
+    # The 1.8 release's switches, with the switch under test on in buggy mode and off in fixed mode.
+    expected_bugs = effective_bugs(scenario, mode, scenario.profile)
+    assert "ghost-node-affinity-error" in expected_bugs
+    assert ("keep-missed-node" in expected_bugs) is (mode == "buggy")
     assert doc["bugs"] == expected_bugs and result.public()["bugs"] == expected_bugs
     assert f"bugs: {', '.join(expected_bugs)}" in (report / "verdict.txt").read_text()
     history = [json.loads(line) for line in (report / "history.jsonl").read_text().splitlines()]

@@ -22,13 +22,15 @@ REPO = Path(__file__).resolve().parent.parent.parent
 SEED = 7
 OUTCOMES = set(get_args(Outcome))
 
-SLOW = {"node-heartbeat-eviction", "recreate-stuck-terminating", "statefulset-stuck-terminating",
-        "pre-lease-heartbeat", "ready-false-eviction", "large-cluster-threshold"}
 CLI_SCENARIO = "nominated-node-race"
 """The scenario verified through the real CLI (`kubemesh scenario verify NAME --json` in a
 subprocess): its test checks the JSON contract too, at no extra cost."""
 
-CASES = [pytest.param(name, id=name, marks=[pytest.mark.slow] if name in SLOW else []) for name in catalog()]
+CASES = [pytest.param(CLI_SCENARIO, id=CLI_SCENARIO)]
+"""Every scenario's four cells run in the main job (`scripts/main`, which the README documents and
+tests/docs runs as written; its exit status needs every scenario sound, reproduced in buggy and
+prevented in fixed mode). Here one scenario runs them again through `kubemesh scenario verify`,
+for the JSON contract and the reports of each cell, instead of running every scenario twice."""
 
 
 async def _verify_via_cli(name: str, report_dir: Path) -> tuple[int, dict[str, Any], list[str]]:
@@ -79,8 +81,10 @@ async def test_scenario_verify_is_sound(name: str, tmp_path: Path) -> None:
         assert doc["outcome"].upper() in (report / "verdict.txt").read_text()
         assert "<svg" in (report / "timeline.html").read_text()
         # Faults off: the scenario's injections were recorded as skipped, none was made.
-        assert bool(doc["skipped"]) is not faults, doc["skipped"]
-        if not faults:
+        if faults:
+            assert not doc["skipped"], doc["skipped"]
+        elif scenario.window_needs_faults:
+            assert doc["skipped"]
             assert "Skipped (faults off):" in (report / "verdict.txt").read_text()
 
 

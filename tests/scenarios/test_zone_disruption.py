@@ -32,7 +32,7 @@ from kubemesh.scenarios.catalog.zone_disruption import (
 )
 from kubemesh.scenarios.framework import EXPECTED, Mode, ScenarioContext
 from kubemesh.scenarios.oracles import select
-from kubemesh.scenarios.running import catalog, run_once
+from kubemesh.scenarios.running import catalog, effective_bugs, run_once
 from kubemesh.services.machinery.clock import format_time
 
 
@@ -46,7 +46,9 @@ async def test_zone_disruption_outcome_and_mechanism(mode: Mode, tmp_path: Path)
     for f in ("verdict.txt", "history.jsonl", "timeline.html", "run.json"):
         assert (report / f).stat().st_size > 0, f
     doc = json.loads((report / "run.json").read_text())
-    assert doc["ok"] is True and doc["bugs"] == (["legacy-pod-eviction"] if mode == "buggy" else [])
+    # The 1.7 release's switches, with legacy-pod-eviction on in buggy mode and off in fixed mode.
+    assert doc["ok"] is True and doc["bugs"] == effective_bugs(scenario, mode, scenario.profile)
+    assert ("legacy-pod-eviction" in doc["bugs"]) is (mode == "buggy")
     # Every phase was measured and passed (a failed check would have made the run inconclusive).
     for phase in ("zone states", "phase 1, zone-a Normal", "phase 1-2, zone-b PartialDisruption",
                   "phase 2, zone-b FullDisruption", "phase 3, zone-a PartialDisruption", "phase 4, master"):
