@@ -172,8 +172,9 @@ async def zone_mesh(*, nodes: int, zones: tuple[str, ...]) -> AsyncIterator[Zone
                 await chaos.close()
 
 
-def zone_of(lifecycle: dict[str, Any], name: str) -> dict[str, Any]:
-    zones: dict[str, dict[str, Any]] = lifecycle["zones"]
+def zone_of(lifecycle: dict[str, Any] | None, name: str) -> dict[str, Any]:
+    # None: the node-lifecycle controller has not started yet (its caches are still syncing)
+    zones: dict[str, dict[str, Any]] = (lifecycle or {}).get("zones") or {}
     return next((z for key, z in zones.items() if key == name or key.endswith(f"/{name}")), {})
 
 
