@@ -146,6 +146,17 @@ def heartbeats(records: Iterable[Record], node: str, *, after: float | None = No
             or (r.get("resource") == "nodes" and r.get("key") == node)]
 
 
+def heartbeats_after_power_off(records: Iterable[Record], node: str, *, off_at: float,
+                               clock_rate: float) -> list[Record]:
+    """A node's heartbeats after its power-off request ended at `off_at` (cluster time).
+
+    One heartbeat may still be in flight when the request returns: its write lands up to a
+    couple of cluster seconds (and a tenth of a wall second, scaled by the clock rate) later
+    and does not count as the node being alive.
+    """
+    return heartbeats(records, node, after=off_at + 2.0 + 0.1 * clock_rate)
+
+
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
     """A status condition of an object by type."""
     for c in ((obj or {}).get("status") or {}).get("conditions") or ():

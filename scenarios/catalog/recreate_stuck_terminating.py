@@ -117,7 +117,8 @@ class RecreateStuckTerminating(Scenario):
 
         stuck = await ctx.until(terminating, within=50 + 10 + 300 + 40, poll=0.05)
         if stuck is None:
-            alive = oracles.heartbeats(await ctx.records(), victim, after=off_at + 2.0 + 0.1 * ctx.clock.rate)
+            alive = oracles.heartbeats_after_power_off(await ctx.records(), victim, off_at=off_at,
+                                                       clock_rate=ctx.clock.rate)
             if alive:
                 return oracles.inconclusive(
                     f"{victim}'s kubelet kept writing heartbeats ({len(alive)} after the power-off) and {old_name} "
@@ -182,7 +183,7 @@ class RecreateStuckTerminating(Scenario):
                                         within=RESOLVE_WITHIN)
         old = await ctx.pod(old_name, ns)
         records = await ctx.records()
-        alive = oracles.heartbeats(records, victim, after=off_at + 2.0 + 0.1 * ctx.clock.rate)  # one in flight
+        alive = oracles.heartbeats_after_power_off(records, victim, off_at=off_at, clock_rate=ctx.clock.rate)
         if alive:
             return oracles.inconclusive(
                 f"{victim}'s kubelet wrote heartbeats after the power-off ({len(alive)}, the first at "

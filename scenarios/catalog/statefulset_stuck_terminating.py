@@ -84,7 +84,8 @@ class StatefulSetStuckTerminating(Scenario):
 
         stuck = await ctx.until(old_terminating, within=50 + 10 + 300 + 40, poll=0.05)
         if stuck is None:
-            alive = oracles.heartbeats(await ctx.records(), victim, after=off_at + 2.0 + 0.1 * ctx.clock.rate)
+            alive = oracles.heartbeats_after_power_off(await ctx.records(), victim, off_at=off_at,
+                                                       clock_rate=ctx.clock.rate)
             if alive:
                 return oracles.inconclusive(
                     f"{victim}'s kubelet kept writing heartbeats ({len(alive)} after the power-off) and db-0 was "
@@ -112,7 +113,7 @@ class StatefulSetStuckTerminating(Scenario):
         ctx.mark(f"taint {victim} out-of-service", lane="scenario")
         live = await oracles.eventually(ctx, "db-0 back and Running", replaced, within=RESOLVE_WITHIN)
         records = await ctx.records()
-        alive = oracles.heartbeats(records, victim, after=off_at + 2.0 + 0.1 * ctx.clock.rate)
+        alive = oracles.heartbeats_after_power_off(records, victim, off_at=off_at, clock_rate=ctx.clock.rate)
         if alive:
             return oracles.inconclusive(
                 f"{victim}'s kubelet wrote heartbeats after the power-off ({len(alive)}): the node was not down, "
