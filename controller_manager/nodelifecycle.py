@@ -8,7 +8,8 @@ Every `--node-monitor-period` (5 s) `monitor_once` evaluates every node in the c
   `readyTransitionTimestamp`. When `now > probeTimestamp + grace` (grace is
   `--node-monitor-grace-period`, or `--node-startup-grace-period` for a node that never posted
   Ready), Ready, MemoryPressure, DiskPressure and PIDPressure become Unknown with reason
-  NodeStatusUnknown, "Kubelet stopped posting node status.". After a restart there is no
+  NodeStatusUnknown, "Kubelet stopped posting node status." (and OutOfDisk, when the node
+  reports it: only a 1.7 kubelet does, and v1.7's controller listed it with the others). After a restart there is no
   memory: the first pass logs "Missing timestamp ... Assuming now" and the grace clock
   starts again (k3s #4168), exactly as upstream.
 * **Pods NotReady**: on a Ready → not-Ready transition observed in this pass, every pod on the
@@ -76,6 +77,7 @@ from kubemesh.services.model.wellknown import (
     TAINT_MEMORY_PRESSURE,
     TAINT_NETWORK_UNAVAILABLE,
     TAINT_NOT_READY,
+    TAINT_OUT_OF_DISK,
     TAINT_PID_PRESSURE,
     TAINT_UNREACHABLE,
     TAINT_UNSCHEDULABLE,
@@ -86,6 +88,8 @@ _log = structlog.get_logger("controller_manager.nodelifecycle")
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 WATCHED_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
+REPORTED_ONLY_CONDITIONS = ("OutOfDisk",)
+"""Set Unknown with the others only when the node has them (never added as NodeStatusNeverUpdated)."""
 UPDATE_RETRIES = 5
 MIN_PASS_DELAY = 0.001
 """Cluster seconds: the shortest sleep between two eviction passes."""
@@ -96,6 +100,7 @@ NOSCHEDULE_BY_CONDITION: dict[tuple[str, str], str] = {
     ("MemoryPressure", "True"): TAINT_MEMORY_PRESSURE,
     ("DiskPressure", "True"): TAINT_DISK_PRESSURE,
     ("PIDPressure", "True"): TAINT_PID_PRESSURE,
+    ("OutOfDisk", "True"): TAINT_OUT_OF_DISK,
     ("NetworkUnavailable", "True"): TAINT_NETWORK_UNAVAILABLE,
 }
 NOSCHEDULE_KEYS = frozenset({*NOSCHEDULE_BY_CONDITION.values(), TAINT_UNSCHEDULABLE})
@@ -173,8 +178,10 @@ def assess_node_health(node: Obj, lease: Obj | None, health: NodeHealth | None, 
     if now > health.probe_timestamp + grace:
         node = copy.deepcopy(node)
         conds = node.setdefault("status", {}).setdefault("conditions", [])
-        for ctype in WATCHED_CONDITIONS:
+        for ctype in (*WATCHED_CONDITIONS, *REPORTED_ONLY_CONDITIONS):
             c = condition(node, ctype)
+            if c is None and ctype in REPORTED_ONLY_CONDITIONS:
+                continue
             if c is None:
                 conds.append({"type": ctype, "status": "Unknown", "reason": "NodeStatusNeverUpdated",
                               "message": "Kubelet never posted node status.",

@@ -9,8 +9,10 @@ Every `gc_check_period` (20 s) `gc_once` runs upstream's passes:
   `node.kubernetes.io/out-of-service` get phase Failed and are force-deleted (grace 0). This
   is how an operator frees the pods stuck Terminating on a powered-off node (§2.3).
 * **gcOrphaned**: pods bound to a node missing from the cache are quarantined: only when the
-  node has been missing for `quarantine_time` (40 s) *and* a GET confirms it is gone (the
-  cache may lag) are they marked Failed (DisruptionTarget/DeletionByPodGC) and force-deleted.
+  node has been missing for `quarantine_time` (40 s, `--podgc-orphan-quarantine`) *and* a GET
+  confirms it is gone (the cache may lag) are they marked Failed (DisruptionTarget/
+  DeletionByPodGC) and force-deleted. Before v1.17 there was no quarantine (the 1.7-1.15
+  profiles set 0): the first pass that finds the node missing deletes its pods.
 * **gcUnscheduledTerminating**: pods being deleted that were never scheduled are force-deleted.
 
 `plan` is the pure decision over the caches and the quarantine memory; `PodGC` does the writes.
@@ -107,12 +109,17 @@ class PodGC:
         self.missing_since: dict[str, float] = {}
         self.force_deleted: list[str] = []
         self.force_delete_errors = 0
+        self.passes = 0
+        self.last_pass: float | None = None
 
     async def gc_once(self) -> Plan:
         """One pass of every PodGC check."""
         pods = self.pods.list()
-        p = plan(pods, self.nodes, now=self.clock.now(), missing_since=self.missing_since,
+        now = self.clock.now()
+        p = plan(pods, self.nodes, now=now, missing_since=self.missing_since,
                  settings=self.settings, out_of_service_gc=self.out_of_service_gc)
+        self.passes += 1
+        self.last_pass = now
         for pod in p.terminated:
             await self._force_delete(pod, mark_failed=False)
         for pod in p.out_of_service:
@@ -175,7 +182,9 @@ class PodGC:
     def snapshot(self) -> dict[str, Any]:
         """Quarantined nodes and counters, for the debug endpoint."""
         return {"quarantine": dict(sorted(self.missing_since.items())), "forceDeleted": len(self.force_deleted),
-                "forceDeleteErrors": self.force_delete_errors, "outOfServiceGC": self.out_of_service_gc}
+                "forceDeleteErrors": self.force_delete_errors, "outOfServiceGC": self.out_of_service_gc,
+                "passes": self.passes, "lastPass": self.last_pass,
+                "quarantineSeconds": self.settings.quarantine_time}
 
 
 def _start(ctx: ControllerContext) -> Started:

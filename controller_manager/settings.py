@@ -59,7 +59,9 @@ class PodGCSettings:
     gc_check_period: float = 20.0
     """How often PodGC runs (upstream `gcCheckPeriod`)."""
     quarantine_time: float = 40.0
-    """How long a node must be missing before its pods are deleted as orphans."""
+    """`--podgc-orphan-quarantine` (kubemesh; upstream's constant `quarantineTime` since v1.17): how
+    long a node must be missing before its pods are deleted as orphans. 0 is the behaviour before
+    v1.17 (a profile sets it): the pass that finds the node missing deletes them (after a GET)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,6 +193,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{flag}", type=float, default=None)
     parser.add_argument("--large-cluster-size-threshold", type=int, default=None)
     parser.add_argument("--terminated-pod-gc-threshold", type=int, default=None)
+    parser.add_argument("--podgc-orphan-quarantine", type=_duration, default=None,
+                        help="how long a node must be missing before PodGC deletes its pods (kubemesh: upstream's "
+                             "constant 40 s since v1.17; releases before had none, 0)")
     for flag in ("not-ready-taint-key", "unreachable-taint-key"):
         parser.add_argument(f"--{flag}", default=None,
                             help="NoExecute taint key of taint-based eviction (kubemesh; a profile sets the "
@@ -220,6 +225,8 @@ def from_namespace(ns: argparse.Namespace, *, known: Sequence[str]) -> Controlle
     podgc = base.podgc
     if getattr(ns, "terminated_pod_gc_threshold", None) is not None:
         podgc = dataclasses.replace(podgc, terminated_pod_gc_threshold=ns.terminated_pod_gc_threshold)
+    if getattr(ns, "podgc_orphan_quarantine", None) is not None:
+        podgc = dataclasses.replace(podgc, quarantine_time=ns.podgc_orphan_quarantine)
     return dataclasses.replace(
         base,
         controllers=parse_controllers(ns.controllers, known=known),

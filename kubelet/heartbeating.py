@@ -65,6 +65,12 @@ PRESSURE_TRUE: Final[dict[str, tuple[str, str, str]]] = {
 }
 """The pressure conditions as the eviction manager reports them when its signals say so."""
 
+OUT_OF_DISK: Final[dict[bool, tuple[str, str, str]]] = {
+    False: ("False", "KubeletHasSufficientDisk", "kubelet has sufficient disk space available"),
+    True: ("True", "KubeletOutOfDisk", "out of disk space"),
+}
+"""1.7's OutOfDisk condition (`--low-diskspace-threshold-mb`), reported first as v1.7's kubelet did."""
+
 
 class HeartbeatApi(Protocol):
     """The part of `kubemesh.services.machinery.client.ApiClient` the heartbeat loops use."""
@@ -112,12 +118,27 @@ class NodeConditions:
     A condition's value is its override if any, else what the eviction manager computed from
     its signals (`set_pressure`), else its healthy default. `lastTransitionTime` moves only
     when a condition's status changes; `lastHeartbeatTime` is the time of the post.
+
+    OutOfDisk is reported only once `set_out_of_disk` was called (a kubelet with
+    `--low-diskspace-threshold-mb`, 1.7); today's kubelets have no such condition.
     """
 
     since: dict[str, float] = field(default_factory=dict)
     current: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     overrides: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     computed: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    out_of_disk: bool | None = None
+
+    def set_out_of_disk(self, value: bool) -> bool:
+        """Whether free disk is under `--low-diskspace-threshold-mb` now; whether that changed."""
+        changed = value != self.out_of_disk
+        self.out_of_disk = value
+        return changed
+
+    def _types(self) -> list[str]:
+        reported = ["OutOfDisk"] if self.out_of_disk is not None else []
+        return [*reported, *CONDITION_DEFAULTS, *(t for t in self.overrides
+                                                   if t not in CONDITION_DEFAULTS and t not in reported)]
 
     def set_pressure(self, active: frozenset[str]) -> bool:
         """The pressure conditions the eviction manager finds True now; whether that changed."""
@@ -127,6 +148,8 @@ class NodeConditions:
         return changed
 
     def _value(self, ctype: str) -> tuple[str, str, str]:
+        if ctype == "OutOfDisk" and ctype not in self.overrides and self.out_of_disk is not None:
+            return OUT_OF_DISK[self.out_of_disk]
         return self.overrides.get(ctype) or self.computed.get(ctype) or CONDITION_DEFAULTS[ctype]
 
     def set(self, ctype: str, status: str, *, reason: str | None = None, message: str | None = None) -> None:
@@ -144,6 +167,8 @@ class NodeConditions:
     def statuses(self) -> dict[str, str]:
         """`{type: status}` as they stand (overrides applied)."""
         out = {t: v[0] for t, v in CONDITION_DEFAULTS.items()}
+        if self.out_of_disk is not None:
+            out["OutOfDisk"] = OUT_OF_DISK[self.out_of_disk][0]
         out.update({t: v[0] for t, v in self.computed.items()})
         out.update({t: v[0] for t, v in self.overrides.items()})
         return out
@@ -151,7 +176,7 @@ class NodeConditions:
     def observe(self, now: float) -> list[dict[str, Any]]:
         """The conditions as of `now`, recording transitions."""
         out: list[dict[str, Any]] = []
-        types = [*CONDITION_DEFAULTS, *(t for t in self.overrides if t not in CONDITION_DEFAULTS)]
+        types = self._types()
         for ctype in types:
             value = self._value(ctype)
             if self.current.get(ctype, (None,))[0] != value[0]:

@@ -98,6 +98,8 @@ class EmulatedNode:
         self.capacity = Resources.from_quantities(settings.node_capacity())
         self.allocatable = allocatable_of(capacity=settings.node_capacity(), reserved=settings.reserved)
         self.conditions = NodeConditions()
+        if settings.low_diskspace_threshold_mb > 0:
+            self.conditions.set_out_of_disk(False)  # reported from the first post on
         self.eviction = EvictionManager(thresholds=settings.eviction_thresholds(),
                                         transition_period=settings.eviction_pressure_transition_period)
         self._usage_capacity: dict[UsageResource, int] = {
@@ -336,6 +338,12 @@ class EmulatedNode:
         if self.conditions.set_pressure(decision.conditions):
             self._log.info("pressure conditions", active=sorted(decision.conditions),
                            met=[t.signal for t in decision.met])
+        if self.settings.low_diskspace_threshold_mb > 0:
+            # v1.7's disk-space manager: a fixed floor of free disk, apart from the eviction
+            # thresholds; it refuses new pods and evicts nothing.
+            floor = self.settings.low_diskspace_threshold_mb * 1024 * 1024
+            if self.conditions.set_out_of_disk(observations["nodefs.available"].available < floor):
+                self._log.info("OutOfDisk", out_of_disk=self.conditions.out_of_disk)
         if decision.act_on is None:
             return None
         return self.pods.evict_for(now=now, threshold=decision.act_on,

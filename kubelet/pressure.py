@@ -406,6 +406,9 @@ def pressure_rejection(pod: Obj, *, conditions: Mapping[str, str]) -> Rejection 
 
     `conditions` are the node's condition statuses, `{type: status}`.
     """
+    if conditions.get("OutOfDisk") == "True":
+        # v1.7's kubelet admission (the disk-space manager, `--low-diskspace-threshold-mb`).
+        return Rejection(reason="OutOfDisk", message="cannot be started due to lack of disk space.")
     active = [c for c in PRESSURE_CONDITIONS if conditions.get(c) == "True"]
     if not active or priority_of(pod) >= CRITICAL_PRIORITY:
         return None

@@ -53,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    default=d.eviction_pressure_transition_period,
                    help="how long a pressure condition stays True after its threshold was last met "
                         "(cluster time; 5m0s, 300s or 300)")
+    g.add_argument("--low-diskspace-threshold-mb", type=int, default=d.low_diskspace_threshold_mb,
+                   help="v1.7's OutOfDisk condition: True while free node disk is below this many MiB, new pods "
+                        "refused meanwhile (0: not reported, as since v1.8)")
     g.add_argument("--max-pids", type=int, default=d.max_pids, help="the node's PID limit (pid.available)")
     g.add_argument("--pod-watch", choices=("per-node", "shared"), default=d.pod_watch,
                    help="each node watches its own pods, or one watch for the process")
@@ -83,6 +86,7 @@ def settings_from_args(args: argparse.Namespace, *, bugs: Iterable[str] = ()) ->
         eviction_hard=args.eviction_hard, eviction_soft=args.eviction_soft,
         eviction_soft_grace_period=args.eviction_soft_grace_period,
         eviction_pressure_transition_period=args.eviction_pressure_transition_period, max_pids=args.max_pids,
+        low_diskspace_threshold_mb=args.low_diskspace_threshold_mb,
     )
 
 

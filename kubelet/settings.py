@@ -123,6 +123,10 @@ class KubeletSettings:
     eviction_pressure_transition_period: float = 300.0
     """`--eviction-pressure-transition-period`: a pressure condition stays True this long after
     its last threshold was last met."""
+    low_diskspace_threshold_mb: int = 0
+    """`--low-diskspace-threshold-mb` (v1.7's disk-space manager, 256 there; removed in v1.8 by
+    kubernetes#48846): when positive the node reports OutOfDisk, True while `nodefs.available`
+    is below this many MiB, and the kubelet refuses new pods meanwhile. 0: no such condition."""
     max_pids: int = 4_194_304
     """The node's PID limit (`pid.available` = this minus the pods' emulated PIDs)."""
     pod_watch: PodWatch = "per-node"

@@ -48,7 +48,7 @@ class NodeInfo:
 
     __slots__ = (
         "alloc_cpu", "alloc_mem", "alloc_pods", "disk_pressure", "generation", "labels",
-        "memory_pressure", "name", "node", "nz_cpu", "nz_mem", "pid_pressure", "pods",
+        "memory_pressure", "name", "node", "nz_cpu", "nz_mem", "out_of_disk", "pid_pressure", "pods",
         "pods_with_affinity", "pods_with_required_anti_affinity", "prefer_taints", "ready",
         "req_cpu", "req_mem", "taints", "unschedulable",
     )
@@ -66,7 +66,7 @@ class NodeInfo:
         self.taints: tuple[Mapping[str, Any], ...] = ()
         self.prefer_taints: tuple[Mapping[str, Any], ...] = ()
         self.unschedulable = False
-        self.memory_pressure = self.disk_pressure = self.pid_pressure = False
+        self.memory_pressure = self.disk_pressure = self.pid_pressure = self.out_of_disk = False
         self.ready = True
         if node is not None:
             self.set_node(node)
@@ -96,6 +96,7 @@ class NodeInfo:
         self.memory_pressure = conds.get("MemoryPressure") == "True"
         self.disk_pressure = conds.get("DiskPressure") == "True"
         self.pid_pressure = conds.get("PIDPressure") == "True"
+        self.out_of_disk = conds.get("OutOfDisk") == "True"
         self.ready = conds.get("Ready", "True") == "True"
 
     def remove_node(self) -> None:
@@ -151,7 +152,7 @@ class NodeInfo:
             "allocatable": {"cpu": f"{self.alloc_cpu}m", "memory": self.alloc_mem, "pods": self.alloc_pods},
             "unschedulable": self.unschedulable,
             "conditions": {"MemoryPressure": self.memory_pressure, "DiskPressure": self.disk_pressure,
-                           "Ready": self.ready},
+                           "OutOfDisk": self.out_of_disk, "Ready": self.ready},
             "taints": [dict(t) for t in self.taints + self.prefer_taints],
             "pods": sorted(self.pods),
         }

@@ -9,10 +9,10 @@ The filters, in upstream's order and with upstream's reasons:
   `node.kubernetes.io/unschedulable` taint.
 * **NodeConditions**, only with the bug switch `pressure-predicates` (the scheduler before
   TaintNodesByCondition, 1.7's CheckNodeMemoryPressure / CheckNodeDiskPressure and 1.10's
-  CheckNodePIDPressure): DiskPressure and PIDPressure keep every pod off; MemoryPressure keeps
-  BestEffort pods off and lets Burstable and Guaranteed pods on. Condition taints did not exist
-  then, so under the switch the `node.kubernetes.io/{memory,disk,pid}-pressure` taints are not
-  consulted either.
+  CheckNodePIDPressure, and CheckNodeCondition's OutOfDisk): OutOfDisk, DiskPressure and
+  PIDPressure keep every pod off; MemoryPressure keeps BestEffort pods off and lets Burstable and
+  Guaranteed pods on. Condition taints did not exist then, so under the switch the
+  `node.kubernetes.io/{memory,disk,pid}-pressure` and `out-of-disk` taints are not consulted either.
 * **TaintToleration**: a NoSchedule/NoExecute taint the pod does not tolerate keeps it off. Today
   the scheduler reads no condition: the controller-manager expresses the pressure conditions as
   `node.kubernetes.io/*-pressure` taints (TaintNodesByCondition), which keep off every pod
@@ -49,6 +49,7 @@ from kubemesh.services.model.podutil import tolerates
 from kubemesh.services.model.wellknown import (
     TAINT_DISK_PRESSURE,
     TAINT_MEMORY_PRESSURE,
+    TAINT_OUT_OF_DISK,
     TAINT_PID_PRESSURE,
     TAINT_UNSCHEDULABLE,
 )
@@ -80,7 +81,8 @@ F_UNSCHEDULABLE = Failure("NodeUnschedulable", ("node(s) were unschedulable",), 
 F_DISK_PRESSURE = Failure("NodeConditions", ("node(s) had disk pressure",), True)
 F_MEMORY_PRESSURE = Failure("NodeConditions", ("node(s) had memory pressure",), True)
 F_PID_PRESSURE = Failure("NodeConditions", ("node(s) had pid pressure",), True)
-PRESSURE_TAINTS = frozenset({TAINT_MEMORY_PRESSURE, TAINT_DISK_PRESSURE, TAINT_PID_PRESSURE})
+F_OUT_OF_DISK = Failure("NodeConditions", ("node(s) were out of disk space",), True)
+PRESSURE_TAINTS = frozenset({TAINT_MEMORY_PRESSURE, TAINT_DISK_PRESSURE, TAINT_PID_PRESSURE, TAINT_OUT_OF_DISK})
 F_NODE_AFFINITY = Failure("NodeAffinity", ("node(s) didn't match Pod's node affinity/selector",), True)
 F_EXISTING_ANTI = Failure("InterPodAffinity", ("node(s) didn't satisfy existing pods anti-affinity rules",))
 F_ANTI = Failure("InterPodAffinity", ("node(s) didn't match pod anti-affinity rules",))
@@ -314,6 +316,8 @@ class PodFilter:
                 pod.tolerations, {"key": TAINT_UNSCHEDULABLE, "effect": "NoSchedule"}):
             return F_UNSCHEDULABLE
         if self.pressure_predicates:
+            if ni.out_of_disk:
+                return F_OUT_OF_DISK
             if ni.disk_pressure:
                 return F_DISK_PRESSURE
             if ni.pid_pressure:

@@ -52,8 +52,8 @@ from kubemesh.services.model.kinds import NODES, PODS
 NODE_NAMES = ("node-1", "node-2", "node-3")
 BOUND_WITHIN = 150.0
 """Cluster seconds after the node deletion within which probe-1 must be bound to a live node: the
-fix re-reads the node at the first failure, and PodGC deletes the orphan after its 40 s
-quarantine (passes every 20 s), which is when the 1.8 ghost lets go."""
+fix re-reads the node at the first failure, and PodGC deletes the orphan at its next pass (every
+20 s; no quarantine in 1.8), which is when the 1.8 ghost lets go."""
 SECOND_WITHIN = 30.0
 """Cluster seconds probe-2 has to be bound to a live node once probe-1 is bound."""
 

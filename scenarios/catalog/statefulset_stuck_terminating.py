@@ -13,7 +13,7 @@ the controller cannot create the replacement `db-0` while the old one exists und
   bound to a node that no longer exists, and db-0 must come back (else inconclusive).
 
 Oracle: liveness, a db-0 with a new uid is Running within 60 cluster seconds of the taint (and,
-in buggy mode, within 120 of the node's deletion: PodGC's orphan pass and its quarantine). The
+in buggy mode, within 120 of the node's deletion: PodGC's next orphan pass, 20 s apart in 1.15). The
 window, read from the history: the victim's kubelet wrote no heartbeat after the power-off; and
 "prevented" needs the controller-manager's DELETE of the old db-0 after the taint. With faults
 off db-0 is never deleted and the run is inconclusive.
@@ -33,7 +33,8 @@ from kubemesh.services.model.kinds import NODES, STATEFULSETS, Obj
 RESOLVE_WITHIN = 60.0
 """Cluster seconds db-0 has to come back in after the taint (PodGC runs every 20 s)."""
 REMEDY_WITHIN = 120.0
-"""Cluster seconds db-0 has to come back in after `kubectl delete node` (orphans are quarantined 40 s)."""
+"""Cluster seconds db-0 has to come back in after `kubectl delete node` (PodGC passes every 20 s; no
+orphan quarantine before 1.17, 40 s after)."""
 
 
 def statefulset(name: str, *, namespace: str) -> Obj:

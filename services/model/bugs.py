@@ -44,8 +44,9 @@ BUGS: Final[tuple[Bug, ...]] = (
     Bug(name="pressure-predicates", component="scheduler", issue="kubernetes v1.7 scheduler predicates",
         fix="TaintNodesByCondition (alpha 1.8, beta 1.12, GA 1.17)",
         summary="the scheduler reads the node's pressure conditions (CheckNodeMemoryPressure: only "
-                "BestEffort pods are kept off a MemoryPressure node; DiskPressure and PIDPressure keep "
-                "every pod off) instead of the node.kubernetes.io/*-pressure taints, so Burstable pods "
+                "BestEffort pods are kept off a MemoryPressure node; DiskPressure, PIDPressure and, with "
+                "CheckNodeCondition, OutOfDisk keep every pod off) instead of the node.kubernetes.io/*-pressure "
+                "taints, so Burstable pods "
                 "are still placed on a node under memory pressure"),
     Bug(name="legacy-pod-eviction", component="controller_manager", issue="kubernetes v1.7 node controller",
         fix="taint-based eviction (GA 1.18; flags removed by kubernetes#115840)",

@@ -118,6 +118,14 @@ RELEASES: Final[tuple[Release, ...]] = (
         _d(APISERVER, "default-unreachable-toleration-seconds", "300",
            "kube-apiserver --default-unreachable-toleration-seconds 300"),
         _d(KUBELET, "node-status-update-frequency", "10", "kubelet --node-status-update-frequency 10s"),
+        _d(KUBELET, "low-diskspace-threshold-mb", "256",
+           "kubelet --low-diskspace-threshold-mb 256 (the disk-space manager's OutOfDisk condition and admission)"),
+        _d(KUBELET, "eviction-hard", "memory.available<100Mi",
+           "kubelet v1.7 --eviction-hard default memory.available<100Mi: disk was the disk-space manager's "
+           "(OutOfDisk); the nodefs/imagefs thresholds replaced it (kubernetes#48846)"),
+        _d(CONTROLLER_MANAGER, "podgc-orphan-quarantine", "0s",
+           "pkg/controller/podgc gcOrphaned before kubernetes#82365 (v1.17): every 20 s pass lists the nodes from "
+           "the apiserver and deletes the pods of missing ones at once, no quarantine"),
         _d(SCHEDULER, "percentage-of-nodes-to-score", "100",
            "the v1.7 scheduler filters and scores every node (percentageOfNodesToScore came in v1.12)"),
         _d(SCHEDULER, "pod-max-backoff-seconds", "60",
@@ -133,8 +141,9 @@ RELEASES: Final[tuple[Release, ...]] = (
         Switch(name="ghost-node-affinity-error", on=True, source="kubernetes#50813, fixed by kubernetes#53647 (v1.9)"),
         Switch(name="keep-missed-node", on=True, source="kubernetes#56261, fixed by kubernetes#56622 (v1.10)"),
         Switch(name="pressure-predicates", on=True,
-               source="plugin/pkg/scheduler/algorithm/predicates: CheckNodeMemoryPressure, CheckNodeDiskPressure "
-                      "(the condition taints came with TaintNodesByCondition, beta and on in v1.12)"),
+               source="plugin/pkg/scheduler/algorithm/predicates: CheckNodeMemoryPressure, CheckNodeDiskPressure, "
+                      "and the OutOfDisk check of the scheduler's node condition filter (the condition taints came "
+                      "with TaintNodesByCondition, beta and on in v1.12)"),
         Feature(name="TaintBasedEvictions", enabled=False, source="pkg/features (alpha v1.6, beta v1.13, GA v1.18)",
                 emulation="switch legacy-pod-eviction"),
         Feature(name="TaintNodesByCondition", enabled=False,
@@ -148,6 +157,13 @@ RELEASES: Final[tuple[Release, ...]] = (
                 emulation="not modelled as absent: the emulated scheduler always preempts"),
     )),
     Release(name="1.8", summary="the seed of 000 (ghost node in the scheduler cache, kubernetes#53647)", changes=(
+        _d(KUBELET, "low-diskspace-threshold-mb", "0",
+           "kubernetes#48846 (v1.8) removed --low-diskspace-threshold-mb; OutOfDisk is not reported here from then "
+           "on (v1.8-v1.11 kubelets posted it always False until its removal)"),
+        _d(KUBELET, "eviction-hard", "memory.available<100Mi,nodefs.available<10%,imagefs.available<15%,"
+                                     "nodefs.inodesFree<5%",
+           "kubelet --eviction-hard with the disk signals that replaced --low-diskspace-threshold-mb "
+           "(kubernetes#48846; today's Linux default)"),
         Switch(name="nominate-after-patch", on=True,
                source="preemption alpha since v1.8; kubernetes#72124, fixed by kubernetes#72259 (v1.14)"),
         Switch(name="stale-update-unnominates", on=True, source="kubernetes#74931, fixed by kubernetes#77990 (v1.15)"),
@@ -191,6 +207,9 @@ RELEASES: Final[tuple[Release, ...]] = (
     )),
     Release(name="1.28", summary="non-graceful node shutdown GA; the last releases with a 40 s grace period",
             changes=(
+        _d(CONTROLLER_MANAGER, "podgc-orphan-quarantine", "40s",
+           "pkg/controller/podgc quarantineTime: pods of a node missing from the node lister for 40 s, and "
+           "confirmed gone by a GET, are deleted (kubernetes#82365, v1.17)"),
         _d(SCHEDULER, "pod-max-backoff-seconds", "10",
            "kube-scheduler podMaxBackoffSeconds 10 (KubeSchedulerConfiguration, v1.19+)"),
         _d(SCHEDULER, "assumed-pod-ttl", "0",

@@ -17,6 +17,9 @@ TAINT_MEMORY_PRESSURE: Final = "node.kubernetes.io/memory-pressure"
 TAINT_DISK_PRESSURE: Final = "node.kubernetes.io/disk-pressure"
 TAINT_PID_PRESSURE: Final = "node.kubernetes.io/pid-pressure"
 TAINT_NETWORK_UNAVAILABLE: Final = "node.kubernetes.io/network-unavailable"
+TAINT_OUT_OF_DISK: Final = "node.kubernetes.io/out-of-disk"
+"""TaintNodesByCondition's taint for OutOfDisk=True (v1.12 until the condition was removed; only 1.7's
+kubelet, `--low-diskspace-threshold-mb`, reports the condition here)."""
 
 LABEL_HOSTNAME: Final = "kubernetes.io/hostname"
 LABEL_ZONE: Final = "topology.kubernetes.io/zone"
