@@ -117,6 +117,10 @@ class NodeHeartbeatEviction(Scenario):
                     f"Ready=Unknown at t={t_unknown - ctx.t0:.1f}s ({t_unknown - t_off:.1f} s after; "
                     f"window [{GRACE - HEARTBEAT:.0f}, {GRACE + 2 * PERIOD:.0f}] s from grace {GRACE:.0f} s, heartbeat "
                     f"{HEARTBEAT:.0f} s, monitor period {PERIOD:.0f} s: a renewal is noticed at the next pass)"]
+        conditions = ((await ctx.node(victim)) or {}).get("status", {}).get("conditions") or []
+        others = [f"{c.get('type')}={c.get('status')}" for c in conditions if c.get("type") != "Ready"]
+        evidence.append(f"{victim}'s other conditions with Ready=Unknown: {', '.join(others)} (the node controller "
+                        "sets every condition the kubelet posts Unknown; under 1.7 OutOfDisk is one of them)")
         if not (t_off + GRACE - HEARTBEAT - slack <= t_unknown <= t_off + GRACE + 2 * PERIOD + slack):
             return oracles.inconclusive(f"Ready=Unknown came {t_unknown - t_off:.1f} s after the heartbeats stopped, "
                                         "outside the window the flags allow", evidence)
