@@ -386,15 +386,16 @@ def _is_main_job(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the tests of SERIAL_FILES `serial`, all on one xdist worker in the serial pass.
+    """Mark the tests of SERIAL_FILES `serial`, in two xdist groups for the serial pass's two workers.
 
-    The one exception is the main job's documented block (five minutes of scenario runs, one
-    mesh at a time, about one core): it gets a worker of its own, so the serial pass of
-    `scripts/test` (two workers) runs it beside the others, which stay one at a time. Nothing
-    else shares the machine with them then; the scenarios hold 10/10 at that load.
+    The main job's documented block (five minutes of scenario runs, one mesh at a time, about
+    one core, no Docker) is the second group; everything else serial is the first (the Docker
+    tests among them must never overlap: one port 6443, one image). Each group runs one test at
+    a time, so `scripts/test`'s serial pass has at most two tests running and nothing else.
     """
     for item in items:
-        if item.path.relative_to(REPO_ROOT).as_posix() in SERIAL_FILES:
+        path = item.path.relative_to(REPO_ROOT).as_posix()
+        if path in SERIAL_FILES:
             item.add_marker(pytest.mark.serial)
             item.add_marker(pytest.mark.xdist_group("main-job" if _is_main_job(item) else "serial"))
 
