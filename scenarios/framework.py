@@ -349,6 +349,31 @@ class ScenarioContext:
         except (ScenarioError, aiohttp.ClientError, OSError, TimeoutError, ValueError):
             return None
 
+    async def after_podgc_pass(self, *, within: float = 30.0) -> bool:
+        """Wait until PodGC has just run a pass (its pass counter on the controller-manager's debug page moves).
+
+        Before v1.17 PodGC deleted the pods of a missing node at its first pass (one every 20
+        s); a scenario that deletes a node and needs its pods to outlive the deletion for a
+        while deletes it right after a pass, which gives it one whole period rather than a
+        random part of one. False when the page cannot be read (the caller goes on at once).
+        """
+
+        async def passes() -> int | None:
+            doc = await self.debug("controller-manager", "/debug/controller-manager")
+            part = doc.get("podGC") if isinstance(doc, dict) else None
+            n = part.get("passes") if isinstance(part, dict) else None
+            return n if isinstance(n, int) else None
+
+        first = await passes()
+        if first is None:
+            return False
+
+        async def moved() -> bool | None:
+            n = await passes()
+            return True if n is not None and n > first else None
+
+        return bool(await self.until(moved, within=within, poll=0.005))
+
     async def node_op(self, node: str, op: str, body: Any = None, *, method: str = "POST") -> Any:
         """One kubelet admin operation on a node (`power-off`, `conditions`, `partition`, ...).
 

@@ -90,7 +90,7 @@ class GhostNodeAffinity(Scenario):
         ctx.focus("pods", f"default/{old}")
         ctx.say(f"{old} Running on {victim}")
         await ctx.power_off(victim)
-        if await _after_podgc_pass(ctx):
+        if await ctx.after_podgc_pass(within=PODGC_PASS_WITHIN):
             ctx.say("a PodGC pass just ran: the node is deleted now, so its ghost lives one whole PodGC period")
         t_delete = ctx.now()
         await ctx.client.delete(NODES, victim)
@@ -158,26 +158,6 @@ class GhostNodeAffinity(Scenario):
                           "node-not-found error" if not live.held else
                           f"{probe} was bound after failed attempts that were not node-not-found errors"),
             evidence=evidence)
-
-
-async def _after_podgc_pass(ctx: ScenarioContext) -> bool:
-    """Wait for PodGC's next pass (its debug counter moves); False when the page is not readable."""
-
-    async def passes() -> int | None:
-        doc = await ctx.debug("controller-manager", "/debug/controller-manager")
-        part = doc.get("podGC") if isinstance(doc, dict) else None
-        n = part.get("passes") if isinstance(part, dict) else None
-        return n if isinstance(n, int) else None
-
-    first = await passes()
-    if first is None:
-        return False
-
-    async def moved() -> bool | None:
-        n = await passes()
-        return True if n is not None and n > first else None
-
-    return bool(await ctx.until(moved, within=PODGC_PASS_WITHIN, poll=0.005))
 
 
 async def _window(ctx: ScenarioContext, node_delete: dict[str, object], *, old: str,
