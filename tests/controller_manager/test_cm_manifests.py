@@ -330,16 +330,20 @@ async def test_apply_a_manifest_directory_wait_and_delete(mesh_env: MeshEnv, edg
                       within=90)
     assert "job.batch/migrate condition met" in out, out
 
-    # The CronJob fires every minute of the cluster clock: one of its Jobs has completed.
+    # The CronJob fires every minute of the cluster clock: one of its Jobs has completed, and the
+    # CronJob controller has recorded it (lastSuccessfulTime comes with its next sync of the
+    # CronJob after the Job's completion, so it may trail what this poll sees of the Job).
     async def fired() -> Obj | None:
         cj = await s.get(CRONJOBS, "report", ns)
         ours = [j for j in await s.items(JOBS, ns)
                 if any(r.get("kind") == "CronJob" and r.get("name") == "report"
                        for r in j["metadata"].get("ownerReferences") or [])]
-        return cj if cj is not None and (cj.get("status") or {}).get("lastScheduleTime") and any(
+        status = (cj or {}).get("status") or {}
+        return cj if status.get("lastScheduleTime") and status.get("lastSuccessfulTime") and any(
             complete(j) for j in ours) else None
 
-    cronjob: Obj = await s.until(fired, within=60 + 60 + SLACK, what="a Job of CronJob report completed")
+    cronjob: Obj = await s.until(fired, within=60 + 60 + SLACK,
+                                 what="a Job of CronJob report completed and recorded as its last success")
     assert cronjob["status"].get("lastSuccessfulTime"), cronjob["status"]
 
     # The Secret: data holds the base64 of stringData, which is not stored.
