@@ -379,6 +379,15 @@ SERIAL_FILES: frozenset[str] = frozenset({
 })
 
 
+BESIDE_THE_DOCKER_TESTS: frozenset[str] = frozenset({
+    "tests/kubelet/test_kubelet_lifecycle.py",
+    "tests/controller_manager/test_cm_zone_scale.py",
+    "tests/scenarios/test_scenarios.py",
+    "tests/plugin/test_plugin_scopes.py",
+})
+"""Serial files without Docker: they run on the serial pass's second worker, with the main job."""
+
+
 def _is_main_job(item: pytest.Item) -> bool:
     """The documented block that runs the main job (`scripts/main`, every scenario and its verify)."""
     block = getattr(getattr(item, "callspec", None), "params", {}).get("block")
@@ -388,16 +397,18 @@ def _is_main_job(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the tests of SERIAL_FILES `serial`, in two xdist groups for the serial pass's two workers.
 
-    The main job's documented block (five minutes of scenario runs, one mesh at a time, about
-    one core, no Docker) is the second group; everything else serial is the first (the Docker
-    tests among them must never overlap: one port 6443, one image). Each group runs one test at
-    a time, so `scripts/test`'s serial pass has at most two tests running and nothing else.
+    The second group is what needs no Docker: the main job's documented block (five minutes
+    of scenario runs, one mesh at a time, about one core) and BESIDE_THE_DOCKER_TESTS. The first
+    is everything else serial: the Docker tests among them must never overlap (one port 6443,
+    one image). Each group runs one test at a time, so `scripts/test`'s serial pass has at most
+    two tests running and nothing else.
     """
     for item in items:
         path = item.path.relative_to(REPO_ROOT).as_posix()
         if path in SERIAL_FILES:
             item.add_marker(pytest.mark.serial)
-            item.add_marker(pytest.mark.xdist_group("main-job" if _is_main_job(item) else "serial"))
+            second = path in BESIDE_THE_DOCKER_TESTS or _is_main_job(item)
+            item.add_marker(pytest.mark.xdist_group("no-docker" if second else "serial"))
 
 
 @pytest.hookimpl(wrapper=True)
