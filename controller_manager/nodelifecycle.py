@@ -180,9 +180,9 @@ def assess_node_health(node: Obj, lease: Obj | None, health: NodeHealth | None, 
         conds = node.setdefault("status", {}).setdefault("conditions", [])
         for ctype in (*WATCHED_CONDITIONS, *REPORTED_ONLY_CONDITIONS):
             c = condition(node, ctype)
-            if c is None and ctype in REPORTED_ONLY_CONDITIONS:
-                continue
             if c is None:
+                if ctype in REPORTED_ONLY_CONDITIONS:
+                    continue
                 conds.append({"type": ctype, "status": "Unknown", "reason": "NodeStatusNeverUpdated",
                               "message": "Kubelet never posted node status.",
                               "lastHeartbeatTime": now_str(created), "lastTransitionTime": now_str(now)})

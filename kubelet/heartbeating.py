@@ -148,9 +148,8 @@ class NodeConditions:
         return changed
 
     def _value(self, ctype: str) -> tuple[str, str, str]:
-        if ctype == "OutOfDisk" and ctype not in self.overrides and self.out_of_disk is not None:
-            return OUT_OF_DISK[self.out_of_disk]
-        return self.overrides.get(ctype) or self.computed.get(ctype) or CONDITION_DEFAULTS[ctype]
+        reported = OUT_OF_DISK[self.out_of_disk] if ctype == "OutOfDisk" and self.out_of_disk is not None else None
+        return self.overrides.get(ctype) or self.computed.get(ctype) or reported or CONDITION_DEFAULTS[ctype]
 
     def set(self, ctype: str, status: str, *, reason: str | None = None, message: str | None = None) -> None:
         """Override one condition until `clear`."""
@@ -166,12 +165,7 @@ class NodeConditions:
 
     def statuses(self) -> dict[str, str]:
         """`{type: status}` as they stand (overrides applied)."""
-        out = {t: v[0] for t, v in CONDITION_DEFAULTS.items()}
-        if self.out_of_disk is not None:
-            out["OutOfDisk"] = OUT_OF_DISK[self.out_of_disk][0]
-        out.update({t: v[0] for t, v in self.computed.items()})
-        out.update({t: v[0] for t, v in self.overrides.items()})
-        return out
+        return {t: self._value(t)[0] for t in self._types()}
 
     def observe(self, now: float) -> list[dict[str, Any]]:
         """The conditions as of `now`, recording transitions."""

@@ -36,7 +36,7 @@ the verdicts are therefore the same, and `kubemesh scenario verify` expects them
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from kubemesh.scenarios import oracles
 from kubemesh.scenarios.framework import MeshShape, Scenario, ScenarioContext, ScenarioError, Verdict
@@ -128,14 +128,12 @@ class GhostNodeAffinity(Scenario):
             last = failures[-1]
             evidence.append(f"scheduler FailedScheduling for {probe} (count {last.get('count', 1)}): "
                             f"{last.get('message')}")
-        window = await _window(ctx, seen, old=old, probe=probe)
-        evidence += window[1]
-        if not window[0]:
+        opened, gone, window_evidence = await _window(ctx, seen, old=old, probe=probe)
+        evidence += window_evidence
+        if not opened:
             return oracles.inconclusive(f"the scheduler did not decide on {probe} between the DELETE of {victim} "
                                         f"and the DELETE of {old} reaching it: the race window was not opened",
                                         evidence)
-        gone = oracles.first(await ctx.records(), type="delivery", component="scheduler", resource="pods",
-                             event="DELETED", key=f"default/{old}")
         if gone is not None:
             ctx.mark(f"{old} DELETE reaches scheduler", lane="scheduler", at=float(gone["time"]))
             evidence.append(f"the DELETE of {old} (PodGC's orphan pass) reached the scheduler "
@@ -161,8 +159,13 @@ class GhostNodeAffinity(Scenario):
 
 
 async def _window(ctx: ScenarioContext, node_delete: dict[str, object], *, old: str,
-                  probe: str) -> tuple[bool, list[str]]:
-    """Whether the scheduler decided on the probe with the ghost cached (see the module docstring)."""
+                  probe: str) -> tuple[bool, dict[str, Any] | None, list[str]]:
+    """Whether the window opened, and what says so.
+
+    Returns whether the scheduler decided on the probe with the ghost cached (see the module
+    docstring), the delivery of the old pod's DELETE to the scheduler (None if it never came),
+    and the evidence.
+    """
     records = await ctx.records()
     decided = oracles.first(records, type="write", component="scheduler", resource="pods", key=f"default/{probe}")
     gone = oracles.first(records, type="delivery", component="scheduler", resource="pods", event="DELETED",
@@ -175,4 +178,4 @@ async def _window(ctx: ScenarioContext, node_delete: dict[str, object], *, old: 
                 f"of {probe} {at(decided)}; {old}'s DELETE delivered to the scheduler {at(gone)}"]
     opened = (decided is not None and int(str(decided["index"])) > int(str(node_delete["index"]))
               and (gone is None or int(str(gone["index"])) > int(str(decided["index"]))))
-    return opened, evidence
+    return opened, gone, evidence

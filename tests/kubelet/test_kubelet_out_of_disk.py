@@ -11,11 +11,11 @@ such condition at all. Placement is asserted on bindings and the pods' own statu
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
+from waits import eventually
 
 from kubemesh.services.machinery.client import ApiClient
 from kubemesh.services.mesh.launching import Mesh, MeshSpec
@@ -31,16 +31,8 @@ HOSTNAME = "kubernetes.io/hostname"
 
 
 async def until(check: Callable[[], Awaitable[T | None]], *, within: float, what: str) -> T:
-    """Poll until `check` is truthy; `within` is in cluster seconds."""
-    deadline = time.monotonic() + within / RATE
-    last: T | None = None
-    while True:
-        last = await check()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within:.0f} cluster s: {what}; last: {last!r}")
-        await asyncio.sleep(0.05)
+    """`eventually`, bounded in cluster seconds (`within`) at the mesh's clock rate."""
+    return await eventually(check, within=within / RATE, what=what, interval=0.05)
 
 
 def condition(node: Obj, ctype: str) -> dict[str, Any] | None:
