@@ -56,7 +56,15 @@ import yaml
 
 from kubemesh.services.machinery.client import ApiClient
 from kubemesh.services.mesh.chaos_client import Chaos
-from kubemesh.services.mesh.state import KUBECONFIG_FILE, read_state, render_kubeconfig, write_private
+from kubemesh.services.mesh.state import (
+    KUBECONFIG_FILE,
+    MeshError,
+    describe_nodes,
+    node_is_ready,
+    read_state,
+    render_kubeconfig,
+    write_private,
+)
 from kubemesh.services.model.codec import Encoding
 
 T = TypeVar("T")
@@ -66,37 +74,8 @@ APISERVER_ENV: Final = "KUBEMESH_APISERVER"
 _POLL: Final = 0.05
 
 
-class MeshError(RuntimeError):
-    """The mesh (or one of its processes) did not do what was asked; the message says why."""
-
-
 class EndpointError(ValueError):
     """A mesh cannot be reached as given (no state folder, a kubeconfig without a server...)."""
-
-
-def node_is_ready(node: Mapping[str, Any]) -> bool:
-    """Whether a Node object's Ready condition is "True"."""
-    for cond in (node.get("status") or {}).get("conditions") or ():
-        if isinstance(cond, dict) and cond.get("type") == "Ready":
-            return cond.get("status") == "True"
-    return False
-
-
-def describe_nodes(nodes: Sequence[Mapping[str, Any]], *, limit: int = 20) -> str:
-    """`3 Ready (node-1, ...), not Ready: node-4`, naming at most `limit` nodes of each kind."""
-    if not nodes:
-        return "no Node objects"
-
-    def names(items: list[str]) -> str:
-        shown = ", ".join(items[:limit]) or "-"
-        return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
-
-    ready = [str((n.get("metadata") or {}).get("name")) for n in nodes if node_is_ready(n)]
-    not_ready = [str((n.get("metadata") or {}).get("name")) for n in nodes if not node_is_ready(n)]
-    out = f"{len(ready)} Ready ({names(ready)})"
-    if not_ready:
-        out += f", {len(not_ready)} not Ready: {names(not_ready)}"
-    return out
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,9 +11,10 @@ the pytest plugin build on:
 What it promises:
 
 * **Start order.** The apiserver first (on a free loopback port, until `GET /readyz` answers
-  200), then every other component at once (with `MeshSpec.eager`, all together); `start()`
-  returns when every kubelet's nodes are Ready and every component has registered its admin
-  endpoint with the apiserver (`MeshSpec.wait_registered`). When
+  200), then the kubelets (with `MeshSpec.eager`, together with the apiserver), then, once every
+  node is Ready, the other components (`MeshSpec.stagger`; without it, with the kubelets);
+  `start()` returns when every kubelet's nodes are Ready, every process is spawned and every
+  component has registered its admin endpoint with the apiserver (`MeshSpec.wait_registered`). When
   something does not come up within `MeshSpec.start_timeout`, `MeshError` says what (which
   process, which nodes) and carries the tail of the log of any process that crashed.
 * **Nothing is left behind.** `stop()` sends SIGTERM (the components first, the apiserver
@@ -47,22 +48,20 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
-import aiohttp
-
 from kubemesh.services.machinery.certs import ensure_certs
-from kubemesh.services.machinery.client import ApiClient
-from kubemesh.services.mesh.chaos_client import Chaos
-from kubemesh.services.mesh.endpoint import MeshEndpoint, MeshError, describe_nodes, node_is_ready
 from kubemesh.services.mesh.state import (
     KUBECONFIG_FILE,
     LOG_DIR,
     STATE_FILE,
     TOKEN_FILE,
+    MeshError,
+    describe_nodes,
     free_port,
     log_tail,
+    node_is_ready,
     pid_alive,
     process_start_ticks,
     read_state,
@@ -75,6 +74,13 @@ from kubemesh.services.model import bugs as bug_switches
 from kubemesh.services.model import profiles
 from kubemesh.services.process import groups
 from kubemesh.services.process.runs import LAST_EXIT_ENV, exit_code_of
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from kubemesh.services.machinery.client import ApiClient
+    from kubemesh.services.mesh.chaos_client import Chaos
+    from kubemesh.services.mesh.endpoint import MeshEndpoint
 
 APISERVER: Final = "apiserver"
 KUBELET: Final = "kubelet"
@@ -89,6 +95,16 @@ COMPONENTS: Final[tuple[str, ...]] = (APISERVER, KUBELET, CONTROLLER_MANAGER, SC
 """Every component package, in start order (the apiserver alone first, the rest together)."""
 
 _POLL_INTERVAL: Final = 0.02
+
+
+def _http_errors() -> tuple[type[BaseException], ...]:
+    """What a failed HTTP call to a component raises (the launcher retries on these)."""
+    # aiohttp (and the client and endpoint modules built on it) are imported only once the
+    # first processes are spawned: about 0.3 s of imports that would otherwise delay every
+    # process of a cold start, while the cores that run the components' imports sit idle.
+    import aiohttp  # noqa: PLC0415 - see above
+
+    return (aiohttp.ClientError, OSError, TimeoutError)
 
 
 def _new_token() -> str:
@@ -151,9 +167,17 @@ class MeshSpec:
     log_level: str | None = None
     """`--log-level` for every component except the apiserver (None: their default)."""
     eager: bool = True
-    """Start the other components together with the apiserver instead of after its /readyz
-    (they retry `GET /clock` until it answers): the interpreters start up in parallel, which
-    roughly halves a cold start. False starts them only once the apiserver is ready."""
+    """Start the kubelets (and, without `stagger`, the other components) together with the
+    apiserver instead of after its /readyz (they retry `GET /clock` until it answers): the
+    interpreters start up in parallel, which roughly halves a cold start. False starts them only
+    once the apiserver is ready."""
+    stagger: bool = True
+    """Start the components that the nodes' readiness does not wait for (the controller-manager,
+    the scheduler) only once every node is Ready, instead of with the kubelets: a cold start is
+    CPU-bound (every process's imports on a machine that may have two cores), and their imports
+    would take a share of it from the apiserver and the kubelets. `start()` still returns only
+    once they are spawned (and registered, with `wait_registered`). False starts them with the
+    kubelets."""
     wait_registered: bool = True
     """Whether `start()` also waits until every component has registered its admin endpoint
     with the apiserver (chaos needs it). Skipped anyway if the apiserver keeps no registry."""
@@ -406,6 +430,8 @@ class Mesh:
     def endpoint(self) -> MeshEndpoint:
         """How to reach this mesh (valid once `start()` chose the port and wrote the CA)."""
         if self._endpoint is None:
+            from kubemesh.services.mesh.endpoint import MeshEndpoint  # noqa: PLC0415 - see _http_errors
+
             ca = self.ca_path.read_bytes() if self.ca_path is not None else None
             self._endpoint = MeshEndpoint(url=self.apiserver_url, token=self.token, ca_pem=ca,
                                           kubeconfig=self.kubeconfig_path, source=str(self.state_dir))
@@ -425,6 +451,8 @@ class Mesh:
     def chaos(self) -> Chaos:
         """The chaos front door of this mesh (`async with mesh.chaos.fault(...)`, `power_off`...)."""
         if self._chaos is None:
+            from kubemesh.services.mesh.chaos_client import Chaos  # noqa: PLC0415 - see _http_errors
+
             self._chaos = Chaos(self.endpoint.client("chaos", instance="chaos-client", encoding="json",
                                                      connector=self._shared_connector()), owned=True)
         return self._chaos
@@ -475,10 +503,16 @@ class Mesh:
             others = [self._make_proc(c, plan) for c in self.components if c != APISERVER
                       for plan in (self.kubelet_plans if c == KUBELET else [None])]
             self._procs.extend(others)
-            await asyncio.gather(*(self._spawn(p) for p in others))
+            first = [p for p in others if p.component == KUBELET] if self.spec.stagger else others
+            later = [p for p in others if p not in first]
+            await asyncio.gather(*(self._spawn(p) for p in first))
             self._write_state()
             if self.spec.eager:
                 await self._wait_apiserver_ready(self._procs[0], deadline)
+            if later:  # MeshSpec.stagger: listed from the start (not started yet), spawned once the nodes are Ready
+                await self._wait_nodes(deadline)
+                await asyncio.gather(*(self._spawn(p) for p in later))
+                self._write_state()
             await self._wait_started(deadline)
             self._write_state()
         except BaseException:
@@ -603,6 +637,8 @@ class Mesh:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
+            import aiohttp  # noqa: PLC0415 - see _http_errors
+
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5.0),
                                                   connector=self.endpoint.connector())
         return self._session
@@ -738,7 +774,10 @@ class Mesh:
         p.start_ticks = process_start_ticks(p.proc.pid)
 
     async def _wait_apiserver_ready(self, p: _Proc, deadline: float) -> None:
+        import aiohttp  # noqa: PLC0415 - see _http_errors
+
         url = f"{self.apiserver_url}/readyz"
+        errors = _http_errors()
         while True:
             if not p.running:
                 raise self._crash_error(p, "the apiserver exited before it was ready")
@@ -747,7 +786,7 @@ class Mesh:
                                             timeout=aiohttp.ClientTimeout(total=1.0)) as resp:
                     if resp.status == 200:
                         return
-            except (aiohttp.ClientError, OSError, TimeoutError):
+            except errors:
                 pass
             if time.monotonic() >= deadline:
                 raise MeshError(f"the apiserver ({p.describe()}) did not answer {url} with 200 within "
@@ -770,12 +809,13 @@ class Mesh:
         total = sum(plan.nodes for plan in self.kubelet_plans)
         last: list[dict[str, Any]] = []
         last_error = ""
+        errors = _http_errors()
         while True:
             self._check_alive()
             try:
                 last = await self.endpoint.nodes(session=self._http())
                 last_error = ""
-            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            except errors as exc:
                 last_error = f"{type(exc).__name__}: {exc}"
             if sum(1 for n in last if node_is_ready(n)) >= total:
                 return
@@ -795,7 +835,7 @@ class Mesh:
     async def _registry_or_none(self) -> dict[str, dict[str, Any]] | None:
         try:
             return await self.endpoint.components(session=self._http())
-        except (aiohttp.ClientError, OSError, TimeoutError):
+        except _http_errors():
             return None
 
     async def _wait_registered(self, procs: list[_Proc], deadline: float, *,
@@ -806,11 +846,12 @@ class Mesh:
         (a restarted process registers a new endpoint). Skipped if the apiserver has no registry.
         """
         pending = {p.name: p for p in procs}
+        errors = _http_errors()
         while pending:
             self._check_alive()
             try:
                 registry = await self.endpoint.components(session=self._http())
-            except (aiohttp.ClientError, OSError, TimeoutError):
+            except errors:
                 registry = {}
             if registry is None:
                 return

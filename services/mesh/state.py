@@ -24,7 +24,7 @@ import base64
 import json
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -150,3 +150,32 @@ def write_private(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, path)
+
+
+class MeshError(RuntimeError):
+    """The mesh (or one of its processes) did not do what was asked; the message says why."""
+
+
+def node_is_ready(node: Mapping[str, Any]) -> bool:
+    """Whether a Node object's Ready condition is "True"."""
+    for cond in (node.get("status") or {}).get("conditions") or ():
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def describe_nodes(nodes: Sequence[Mapping[str, Any]], *, limit: int = 20) -> str:
+    """`3 Ready (node-1, ...), not Ready: node-4`, naming at most `limit` nodes of each kind."""
+    if not nodes:
+        return "no Node objects"
+
+    def names(items: list[str]) -> str:
+        shown = ", ".join(items[:limit]) or "-"
+        return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+    ready = [str((n.get("metadata") or {}).get("name")) for n in nodes if node_is_ready(n)]
+    not_ready = [str((n.get("metadata") or {}).get("name")) for n in nodes if not node_is_ready(n)]
+    out = f"{len(ready)} Ready ({names(ready)})"
+    if not_ready:
+        out += f", {len(not_ready)} not Ready: {names(not_ready)}"
+    return out

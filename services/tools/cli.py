@@ -164,6 +164,9 @@ def _configure_up(parser: argparse.ArgumentParser) -> None:
                         help="do not wait for the components to register their admin endpoints")
     parser.add_argument("--eager", action=argparse.BooleanOptionalAction, default=True,
                         help="start the components together with the apiserver (default; faster cold start)")
+    parser.add_argument("--stagger", action=argparse.BooleanOptionalAction, default=True,
+                        help="start the controller-manager and the scheduler once every node is Ready (default; "
+                             "faster cold start); --no-stagger starts them with the kubelets")
     parser.add_argument("--timeout", type=positive_float, default=60.0,
                         help="seconds to wait for every node to be Ready (default 60)")
 
@@ -193,7 +196,7 @@ def _run_up(args: argparse.Namespace) -> Awaitable[int]:
             profile=args.profile or profile_table.from_environment(),
             state_dir=args.state_dir, components=args.components, node_prefix=args.node_prefix,
             capacity=args.capacity, apiserver_port=args.port, persist=args.persist, runtime=args.runtime,
-            log_level=args.log_level, start_timeout=args.timeout, eager=args.eager,
+            log_level=args.log_level, start_timeout=args.timeout, eager=args.eager, stagger=args.stagger,
             wait_registered=args.wait_registered, **kwargs)
     except ValueError as exc:
         print(f"kubemesh up: {exc}", file=sys.stderr)
