@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
-from kubemesh.services.mesh.state import STATE_FILE, log_tail, pid_alive, read_state, state_pids
+from kubemesh.services.mesh.state import STATE_FILE, MeshError, log_tail, pid_alive, read_state, state_pids
 from kubemesh.services.model import bugs as bug_switches
 from kubemesh.services.model import profiles as profile_table
 from kubemesh.services.process import groups
@@ -205,8 +205,7 @@ def _run_up(args: argparse.Namespace) -> Awaitable[int]:
 
 
 async def _up(spec: Any) -> int:
-    from kubemesh.services.mesh.endpoint import MeshError  # noqa: PLC0415 - only for `up`
-    from kubemesh.services.mesh.launching import Mesh  # noqa: PLC0415 - only for `up`
+    from kubemesh.services.mesh.launching import Mesh  # noqa: PLC0415 - only for `up` (aiohttp comes after the spawns)
 
     t0 = time.monotonic()
     loop = asyncio.get_running_loop()
