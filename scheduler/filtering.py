@@ -145,6 +145,20 @@ class AffinityState:
                 if value is not None:
                     _bump(self.affinity, (term.topology_key, value), delta)
 
+    def anti_only(self) -> tuple[tuple[str, frozenset[str], Failure], ...] | None:
+        """`check` as (topology key, blocked values, failure) triples, in its order, or None.
+
+        None when the incoming pod has required affinity terms; without them nothing else can fail.
+        """
+        if self.pod.affinity_terms:
+            return None
+        blocked = self._blocked
+        if blocked is None:
+            blocked = self._blocked = (_by_key(self.existing_anti), _by_key(self.anti))
+        existing_anti, anti = blocked
+        return (*((key, values, F_EXISTING_ANTI) for key, values in existing_anti),
+                *((key, values, F_ANTI) for key, values in anti))
+
     def check(self, labels: Mapping[str, str]) -> Failure | None:
         """The InterPodAffinity filter for a node with these labels."""
         blocked = self._blocked
@@ -396,10 +410,41 @@ def find_feasible(pod_filter: PodFilter, nodes: Sequence[NodeInfo], *, want: int
     total = len(nodes)
     check = pod_filter.check
     processed = 0
+    pod = pod_filter.pod
+    # The fast path: for a pod without a nodeName or node constraints, with no nomination in the
+    # cycle and without the pressure-predicates switch, a node that is neither a ghost nor
+    # unschedulable nor tainted reaches `check`'s last two filters only (resources, then inter-pod
+    # affinity); those are done here without the calls, and anything else goes through `check`,
+    # so every answer is `check`'s. This loop is most of a cycle's CPU at 1,000 nodes.
+    fast = (not pod.node_name and not pod.has_node_constraints and pod_filter.nominator is None
+            and not pod_filter.pressure_predicates)
+    pod_cpu, pod_mem = pod.cpu, pod.mem
+    state = pod_filter.affinity
+    affinity_check = state.check if state is not None else None
+    # Required anti-affinity only (the benchmark's and the common case): the pairs inline.
+    blocked = state.anti_only() if state is not None else ()
+    if blocked is not None:
+        affinity_check = None
     for i in range(total):
         ni = nodes[(start + i) % total]
         processed += 1
-        f = check(ni)
+        if fast and ni.node is not None and not ni.unschedulable and not ni.taints:
+            if ((len(ni.pods) < ni.alloc_pods) and (ni.req_cpu + pod_cpu <= ni.alloc_cpu or pod_cpu == 0)
+                    and (ni.req_mem + pod_mem <= ni.alloc_mem or pod_mem == 0)):
+                f = None
+                if affinity_check is not None:
+                    f = affinity_check(ni.labels)
+                elif blocked:
+                    labels = ni.labels
+                    for key, values, failure in blocked:
+                        value = labels.get(key)
+                        if value is not None and value in values:
+                            f = failure
+                            break
+            else:
+                f = pod_filter._resources(ni)
+        else:
+            f = check(ni)
         if f is None:
             feasible.append(ni)
             if len(feasible) >= want:

@@ -119,10 +119,32 @@ def score_nodes(pod: PodInfo, nodes: Sequence[NodeInfo], *,
                 inter_pod: InterPodScores | None = None) -> list[int]:
     """Total weighted score of each node (same order as `nodes`)."""
     totals: list[int] = []
-    prefer_taints = any(ni.prefer_taints for ni in nodes)
+    prefer_taints = False
+    # `resource_scores` inlined (the same arithmetic, `min(x, 1.0)` as a comparison): this loop
+    # runs over every feasible node of every cycle.
+    pod_cpu, pod_mem = pod.nz_cpu, pod.nz_mem
+    append = totals.append
     for ni in nodes:
-        least, balanced = resource_scores(pod, ni)
-        totals.append(least * WEIGHT_FIT + balanced * WEIGHT_BALANCED)
+        if ni.prefer_taints:
+            prefer_taints = True
+        cpu_cap, mem_cap = ni.alloc_cpu, ni.alloc_mem
+        if cpu_cap <= 0 or mem_cap <= 0:
+            append(0)
+            continue
+        cpu = ni.nz_cpu + pod_cpu
+        mem = ni.nz_mem + pod_mem
+        if cpu <= cpu_cap:
+            free_cpu = (cpu_cap - cpu) * MAX_SCORE // cpu_cap
+            f_cpu = cpu / cpu_cap
+        else:
+            free_cpu, f_cpu = 0, 1.0
+        if mem <= mem_cap:
+            free_mem = (mem_cap - mem) * MAX_SCORE // mem_cap
+            f_mem = mem / mem_cap
+        else:
+            free_mem, f_mem = 0, 1.0
+        append((free_cpu + free_mem) // 2 * WEIGHT_FIT
+               + int((1.0 - abs(f_cpu - f_mem) / 2.0) * MAX_SCORE) * WEIGHT_BALANCED)
     if prefer_taints:
         counts = [sum(1 for t in ni.prefer_taints if not tolerates(pod.tolerations, t)) for ni in nodes]
         worst = max(counts)
