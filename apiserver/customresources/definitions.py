@@ -14,14 +14,19 @@ with a warning on the CRD's writes).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from kubemesh.apiserver import fielderrors as fe
 from kubemesh.apiserver import names as dns
 from kubemesh.apiserver.fielderrors import Cause
 from kubemesh.apiserver.jsonpath import Path, PathError, compile_path
-from kubemesh.apiserver.structural import StructuralSchema
 from kubemesh.services.model.kinds import Kind, KindTable, Obj, Subresource, field_path
+
+if TYPE_CHECKING:
+    # The structural schemas (with the CEL rules) are imported with the first CRD (see
+    # `check_definition`): they are the apiserver's largest import that a cluster without
+    # custom resources never uses, and its cold start waits for every import.
+    from kubemesh.apiserver.structural import StructuralSchema
 
 CLEANUP_FINALIZER: Final = "customresourcecleanup.apiextensions.k8s.io"
 """Put on a CRD when it is deleted; removed once all its objects are gone."""
@@ -301,6 +306,8 @@ def check_definition(crd: Obj, *, old: Obj | None, kinds: KindTable) -> Checked:
         if not isinstance(schema_doc, dict):
             causes.append(fe.required(f"{field}.schema.openAPIV3Schema", "schemas are required"))
         else:
+            from kubemesh.apiserver.structural import StructuralSchema  # noqa: PLC0415 - see the imports
+
             compiled, schema_causes = StructuralSchema.compile(schema_doc, path=f"{field}.schema.openAPIV3Schema",
                                                                status_subresource=status_on)
             causes.extend(schema_causes)

@@ -38,7 +38,6 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import orjson
-from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
 from kubemesh.apiserver.protobuf import goformats
 from kubemesh.apiserver.protobuf.schema import SPECIAL, UNKNOWN, Compiled, Slot, compiled
@@ -73,6 +72,9 @@ def decode_message(name: str, data: bytes) -> dict[str, Any]:
 
 
 def _parse(c: Compiled, name: str, data: bytes) -> Any:
+    # Imported here, as `schema.compiled` imports the library (`c` is built, so it is loaded).
+    from google.protobuf.message import DecodeError  # type: ignore[import-untyped]  # noqa: PLC0415
+
     try:
         return c.classes[name].FromString(data)
     except DecodeError as exc:

@@ -20,9 +20,11 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Final
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
-
 from kubemesh.apiserver.protobuf import messages
+
+# The protobuf library is imported by `compiled()`, with the first protobuf body: the tables and
+# `message_for` serve every write (`gojson`), the library only protobuf's (about 40 ms of every
+# apiserver start-up otherwise).
 
 PACKAGE: Final = "kubemesh.k8sproto"
 SCALARS: Final = frozenset({"string", "int32", "int64", "bool", "bytes", "double"})
@@ -57,14 +59,9 @@ SPECIAL: Final = {
 }
 """Messages whose Go types write their JSON by hand (MarshalJSON), by the form they take."""
 
-_TYPES: Final = {
-    "string": descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
-    "bytes": descriptor_pb2.FieldDescriptorProto.TYPE_BYTES,
-    "int32": descriptor_pb2.FieldDescriptorProto.TYPE_INT32,
-    "int64": descriptor_pb2.FieldDescriptorProto.TYPE_INT64,
-    "bool": descriptor_pb2.FieldDescriptorProto.TYPE_BOOL,
-    "double": descriptor_pb2.FieldDescriptorProto.TYPE_DOUBLE,
-}
+_TYPES: Final = {"string": "TYPE_STRING", "bytes": "TYPE_BYTES", "int32": "TYPE_INT32", "int64": "TYPE_INT64",
+                  "bool": "TYPE_BOOL", "double": "TYPE_DOUBLE"}
+"""The FieldDescriptorProto type of each scalar, by name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +102,8 @@ def _class_name(index: int) -> str:
 
 def _file_descriptor(names: dict[str, str]) -> Any:
     """A FileDescriptorProto (proto2) with one message per table entry, named `M<i>`."""
+    from google.protobuf import descriptor_pb2  # type: ignore[import-untyped]  # noqa: PLC0415 - see the imports
+
     fd = descriptor_pb2.FileDescriptorProto(name="kubemesh_k8s_messages.proto", package=PACKAGE, syntax="proto2")
     for full, short in names.items():
         msg = fd.message_type.add(name=short)
@@ -129,8 +128,10 @@ def _file_descriptor(names: dict[str, str]) -> Any:
 
 
 def _set_type(field: Any, typ: str, names: dict[str, str]) -> None:
+    from google.protobuf import descriptor_pb2  # noqa: PLC0415 - see the imports
+
     if typ in _TYPES:
-        field.type = _TYPES[typ]
+        field.type = getattr(descriptor_pb2.FieldDescriptorProto, _TYPES[typ])
     else:
         field.type = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
         field.type_name = f".{PACKAGE}.{names[typ]}"
@@ -139,6 +140,8 @@ def _set_type(field: Any, typ: str, names: dict[str, str]) -> None:
 @functools.cache
 def compiled() -> Compiled:
     """Build (once) the descriptor pool, the message classes and the slot plans."""
+    from google.protobuf import descriptor_pool, message_factory  # noqa: PLC0415 - see the imports
+
     names = {full: _class_name(i) for i, full in enumerate(messages.MESSAGES)}
     pool = descriptor_pool.DescriptorPool()
     pool.Add(_file_descriptor(names))
