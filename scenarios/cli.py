@@ -142,7 +142,7 @@ async def _run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"unknown scenario {unknown[0]!r}; known: {', '.join(scenarios)}", file=sys.stderr)
         return 2
-    modes: tuple[Mode, ...] = MODES if args.mode == "both" else (cast(Mode, args.mode),)
+    modes: tuple[Mode, ...] = MODES if args.mode == "both" else (cast("Mode", args.mode),)
     target = None
     if args.attach:
         if args.mode == "both":

@@ -394,7 +394,8 @@ async def _run_status(args: argparse.Namespace) -> int:
           f"{'healthy' if healthy else 'DEGRADED'}")
     print(f"launcher: pid {launcher.get('pid')} {'alive' if launcher_alive else 'gone'}")
     rows = [["NAME", "PID", "STATE", "PORT", "URL"]] + [
-        [str(p["name"]), str(p["pid"]), "alive" if p["alive"] else "DEAD", str(p["port"] or "-"),
+        [str(p["name"]), str(p["pid"]), "alive" if p["alive"] else "DEAD" if p["pid"] is not None
+         else "not started", str(p["port"] or "-"),
          str(p["url"] or "-")] for p in procs]
     _print_table(rows, out=sys.stdout)
     if api_error:
