@@ -296,10 +296,11 @@ class LeaseRenewer:
         except LeaseUpdateError as exc:
             self._log.warning("failed to update lease", error=str(exc))
 
-    async def run(self) -> None:
-        """Renew forever: once now, then from a random phase of the period on."""
+    async def run(self, *, synced: bool = False) -> None:
+        """Renew forever: once now (unless the boot did: `synced`), then from a random phase of the period on."""
         interval = self.settings.lease_renew_interval
-        await self.sync()
+        if not synced:
+            await self.sync()
         await self.clock.sleep(self.rng.random() * interval)
         while True:
             await self.sync()
@@ -368,16 +369,19 @@ class StatusReporter:
             return True
         raise StatusUpdateError(f"update node status exceeds retry count: {last}")
 
-    async def run(self) -> None:
-        """Post forever: once now, then from a random phase of the period on."""
+    async def sync_logged(self) -> None:
+        """One `sync`; a failure is logged (the next period tries again)."""
+        try:
+            await self.sync()
+        except StatusUpdateError as exc:
+            self._log.warning("unable to update node status", error=str(exc))
+
+    async def run(self, *, synced: bool = False) -> None:
+        """Post forever: once now (unless the boot did: `synced`), then from a random phase of the period on."""
         interval = self.settings.node_status_update_frequency
-        first = True
+        if not synced:
+            await self.sync_logged()
+        await self.clock.sleep(self.rng.random() * interval)
         while True:
-            try:
-                await self.sync()
-            except StatusUpdateError as exc:
-                self._log.warning("unable to update node status", error=str(exc))
-            pause = self.rng.random() * interval if first else \
-                jittered(interval, factor=self.settings.jitter_factor, rng=self.rng)
-            first = False
-            await self.clock.sleep(pause)
+            await self.sync_logged()
+            await self.clock.sleep(jittered(interval, factor=self.settings.jitter_factor, rng=self.rng))

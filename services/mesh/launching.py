@@ -95,6 +95,12 @@ def _new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
+POD_WATCH_MODES: Final = ("auto", "per-node", "shared")
+"""`MeshSpec.pod_watch` values."""
+SHARED_POD_WATCH_ABOVE: Final = 1_000
+"""With `pod_watch="auto"`, a kubelet process hosting more nodes than this shares one pod watch."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class MeshSpec:
     """What mesh to run. Every field has a default that gives a small working cluster."""
@@ -167,6 +173,12 @@ class MeshSpec:
     `opt-in` (only pods annotated `kubemesh.io/runtime: process`); see
     `kubemesh.kubelet.processes`. The processes' files and group records live in
     `<state_dir>/pods`, and `stop()` kills whatever is recorded there."""
+    pod_watch: str = "auto"
+    """How each kubelet process's nodes watch their pods: `per-node` (each node its own watch
+    and connection, as real kubelets), `shared` (one watch per process, dispatched by
+    `spec.nodeName`), or `auto`: per-node for a process hosting at most
+    `SHARED_POD_WATCH_ABOVE` nodes, shared above (ten thousand per-node watches are ten
+    thousand TLS connections the apiserver must accept and keep; see `KubeletPlan.pod_watch`)."""
     python: str = sys.executable
     """The interpreter that runs the components."""
     die_with_parent: bool = True
@@ -179,6 +191,8 @@ class MeshSpec:
             raise ValueError("kubelets must be >= 1")
         if self.clock_rate <= 0:
             raise ValueError("clock_rate must be positive")
+        if self.pod_watch not in POD_WATCH_MODES:
+            raise ValueError(f"pod_watch must be one of {', '.join(POD_WATCH_MODES)}, not {self.pod_watch!r}")
         if self.runtime not in RUNTIMES:
             raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {self.runtime!r}")
         if len(set(self.zones)) != len(self.zones) or any(not z for z in self.zones):
@@ -203,6 +217,8 @@ class KubeletPlan:
     zone: str | None
     node_offset: int
     nodes: int
+    pod_watch: str = "per-node"
+    """`--pod-watch` of this process (`MeshSpec.pod_watch` resolved for its node count)."""
 
 
 def plan_kubelets(spec: MeshSpec) -> list[KubeletPlan]:
@@ -222,8 +238,10 @@ def plan_kubelets(spec: MeshSpec) -> list[KubeletPlan]:
         zone_procs = min(procs // nz + (1 if i < procs % nz else 0), zone_nodes)
         for j in range(zone_procs):
             count = zone_nodes // zone_procs + (1 if j < zone_nodes % zone_procs else 0)
+            watch = spec.pod_watch if spec.pod_watch != "auto" else \
+                "shared" if count > SHARED_POD_WATCH_ABOVE else "per-node"
             plans.append(KubeletPlan(instance=f"kubelet-{len(plans)}", zone=zone,
-                                     node_offset=offset, nodes=count))
+                                     node_offset=offset, nodes=count, pod_watch=watch))
             offset += count
     return plans
 
@@ -583,6 +601,17 @@ class Mesh:
 
     # -- internals ----------------------------------------------------------------------------
 
+    def choices(self) -> list[str]:
+        """What the launcher chose for the node count, in words (`kubemesh up` prints them)."""
+        out: list[str] = []
+        if self.spec.pod_watch == "auto":
+            shared = [p.instance for p in self.kubelet_plans if p.pod_watch == "shared"]
+            if shared:
+                who = f"{shared[0]} hosts" if len(shared) == 1 else f"{', '.join(shared)} host"
+                out.append(f"{who} more than {SHARED_POD_WATCH_ABOVE:,} nodes: one pod watch per kubelet process, "
+                           f"not one per node (--pod-watch per-node keeps one per node)")
+        return out
+
     def _choose_components(self) -> tuple[str, ...]:
         wanted = self.spec.components
         if wanted is None:
@@ -659,6 +688,8 @@ class Mesh:
             argv += ["--nodes", str(plan.nodes), "--node-offset", str(plan.node_offset)]
             if plan.zone is not None:
                 argv += ["--zone", plan.zone]
+            if plan.pod_watch != "per-node":
+                argv += ["--pod-watch", plan.pod_watch]
             if self.spec.node_prefix is not None:
                 argv += ["--node-prefix", self.spec.node_prefix]
             if self.spec.capacity is not None:

@@ -155,6 +155,10 @@ def _configure_up(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runtime", choices=("emulated", "process", "opt-in"), default="emulated",
                         help="containers: emulated (default, no process runs), process (every pod's containers "
                              "run as local processes) or opt-in (pods annotated kubemesh.io/runtime=process)")
+    parser.add_argument("--pod-watch", choices=("auto", "per-node", "shared"), default="auto",
+                        help="how nodes watch their pods: per-node (a watch per node, as real kubelets), shared "
+                             "(one per kubelet process), or auto (default): shared for a process hosting more than "
+                             "1,000 nodes")
     parser.add_argument("--port", type=int, default=0, help="apiserver port (default: a free one)")
     parser.add_argument("--persist", action="store_true",
                         help="keep the apiserver's objects in <state-dir>/data across its restarts")
@@ -194,7 +198,7 @@ def _run_up(args: argparse.Namespace) -> Awaitable[int]:
             state_dir=args.state_dir, components=args.components, node_prefix=args.node_prefix,
             capacity=args.capacity, apiserver_port=args.port, persist=args.persist, runtime=args.runtime,
             log_level=args.log_level, start_timeout=args.timeout, eager=args.eager,
-            wait_registered=args.wait_registered, **kwargs)
+            wait_registered=args.wait_registered, pod_watch=args.pod_watch, **kwargs)
     except ValueError as exc:
         print(f"kubemesh up: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
@@ -223,6 +227,8 @@ async def _up(spec: Any) -> int:
         return 1
     print(f"kubemesh: starting {spec.nodes} nodes ({', '.join(mesh.components)}) in {mesh.state_dir}",
           flush=True)
+    for choice in mesh.choices():
+        print(f"kubemesh: {choice}", flush=True)
     starting = asyncio.create_task(mesh.start())
     stopping = asyncio.create_task(stop.wait())
     try:

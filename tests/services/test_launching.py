@@ -185,6 +185,20 @@ def test_plan_kubelets_edge_cases() -> None:
     assert plan_kubelets(MeshSpec(nodes=0)) == []
 
 
+def test_plan_kubelets_picks_the_pod_watch_by_node_count() -> None:
+    """`auto` keeps a watch per node up to 1,000 nodes per process, then one per process; explicit wins."""
+    assert [p.pod_watch for p in plan_kubelets(MeshSpec(nodes=1000))] == ["per-node"]
+    assert [p.pod_watch for p in plan_kubelets(MeshSpec(nodes=1001))] == ["shared"]
+    assert [p.pod_watch for p in plan_kubelets(MeshSpec(nodes=3000, kubelets=3))] == ["per-node"] * 3
+    assert [p.pod_watch for p in plan_kubelets(MeshSpec(nodes=5000, pod_watch="per-node"))] == ["per-node"]
+    assert [p.pod_watch for p in plan_kubelets(MeshSpec(nodes=3, pod_watch="shared"))] == ["shared"]
+    with pytest.raises(ValueError, match="pod_watch"):
+        MeshSpec(pod_watch="some")
+    mesh = Mesh(MeshSpec(nodes=1500))
+    assert mesh.choices() == ["kubelet-0 hosts more than 1,000 nodes: one pod watch per kubelet process, not one "
+                              "per node (--pod-watch per-node keeps one per node)"]
+
+
 def test_spec_validates_and_generates_a_token() -> None:
     a, b = MeshSpec(), MeshSpec()
     assert a.token and b.token and a.token != b.token
@@ -225,7 +239,7 @@ def test_node_is_ready() -> None:
 
 
 async def test_fake_mesh_starts_writes_its_files_and_stops(fake_modules: Path, tmp_path: Path) -> None:
-    spec = fake_spec(fake_modules, tmp_path, zones=("a", "b"))
+    spec = fake_spec(fake_modules, tmp_path, zones=("a", "b"), pod_watch="shared")
     mesh = Mesh(spec)
     async with mesh:
         procs = mesh.processes
@@ -256,6 +270,7 @@ async def test_fake_mesh_starts_writes_its_files_and_stops(fake_modules: Path, t
         assert "token" not in json.dumps(state["spec"]).lower() or state["spec"]["token"] is None
         argv = next(p.argv for p in procs if p.name == "kubelet-1")
         assert argv[argv.index("--node-offset") + 1] == "2" and argv[argv.index("--zone") + 1] == "b"
+        assert argv[argv.index("--pod-watch") + 1] == "shared"
         assert mesh.ready_seconds is not None
         assert mesh.crashed() == []
     assert_all_gone([p.pid for p in procs if p.pid])
