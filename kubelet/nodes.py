@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,8 +90,11 @@ class EmulatedNode:
 
     def __init__(self, *, identity: NodeIdentity, settings: KubeletSettings, clock: Clock,
                  rng: random.Random, heartbeat_api: HeartbeatApi, pod_api: PodApi,
-                 pods: PodSource, register_gate: asyncio.Semaphore | None = None) -> None:
+                 pods: PodSource, register_gate: asyncio.Semaphore | None = None,
+                 observed: Callable[[], Obj | None] | None = None) -> None:
         self.identity = identity
+        self.observed = observed
+        """The Node as the kubelet process's node informer holds it (None: the status loop GETs it)."""
         self.name = identity.name
         self.settings = settings
         self.clock = clock
@@ -211,7 +214,7 @@ class EmulatedNode:
                                       settings=self.settings, node_uid=lambda: self.uid)
             self.status = StatusReporter(api=self.heartbeat_api, node=self.name, clock=self.clock, rng=self.rng,
                                          settings=self.settings, conditions=self.conditions,
-                                         full_status=lambda: status)
+                                         full_status=lambda: status, observed=self.observed)
             if not self.lease_stopped:
                 await self.lease.sync()
             if not self.status_stopped:
@@ -378,6 +381,7 @@ class EmulatedNode:
                       "lastRenew": self.lease.last_renew if self.lease else None},
             "status": {"stopped": self.status_stopped,
                        "posts": self.status.posts if self.status else 0,
+                       "reads": self.status.reads if self.status else 0,
                        "failures": self.status.failures if self.status else 0,
                        "lastPost": self.status.last_post if self.status else None},
             "conditions": self.conditions.statuses(),
