@@ -819,7 +819,7 @@ class Mesh:
                                 for p in self._procs if p.plan is not None)
                 raise MeshError(
                     f"not every node became Ready within {self.spec.start_timeout:.1f} s: expected "
-                    f"{total}, {describe_nodes(last)}"
+                    f"{total}, {describe_nodes(last, expected=total)}"
                     f"{'; last error: ' + last_error if last_error else ''}; kubelets: {kubelets}{tails}")
             await asyncio.sleep(_POLL_INTERVAL * 2)
 

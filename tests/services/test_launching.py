@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubemesh.services.mesh.endpoint import MeshError, node_is_ready
+from kubemesh.services.mesh.endpoint import MeshError, describe_nodes, node_is_ready
 from kubemesh.services.mesh.launching import KUBELET, Mesh, MeshSpec, available_components, plan_kubelets
 from kubemesh.services.mesh.state import pid_alive, process_start_ticks, render_kubeconfig
 from kubemesh.services.model import bugs
@@ -226,6 +226,19 @@ def test_kubeconfig_is_read_by_kubectl(tmp_path: Path) -> None:
     assert view["current-context"] == "kubemesh"
     assert view["clusters"][0]["cluster"]["server"] == "http://127.0.0.1:6443"
     assert view["users"][0]["user"]["token"] == "s3cret"
+
+
+def test_describe_nodes_counts_and_names_a_few() -> None:
+    """Ten thousand nodes give one short line: counts, five names of each kind, the unregistered."""
+    def node(i: int, ready: bool) -> dict[str, object]:
+        return {"metadata": {"name": f"node-{i}"},
+                "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "Unknown"}]}}
+
+    nodes = [node(i, i % 10 != 0) for i in range(1, 7001)]
+    text = describe_nodes(nodes, expected=10_000)
+    assert text == ("6300 Ready (node-1, node-2, node-3, node-4, node-5 and 6295 more), 700 not Ready: node-10, "
+                    "node-20, node-30, node-40, node-50 and 695 more, 3000 not registered")
+    assert describe_nodes([], expected=3) == "no Node objects (3 expected)"
 
 
 def test_node_is_ready() -> None:
