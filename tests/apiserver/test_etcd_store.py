@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+import socket
 import subprocess
 import time
 import urllib.request
@@ -443,8 +444,19 @@ async def test_two_clients_racing_a_cas_exactly_one_wins(etcd: str, store: EtcdS
 
 
 async def test_unreachable_etcd_is_unavailable() -> None:
-    with contextlib.closing(__import__("socket").socket()) as sock:
+    with contextlib.closing(socket.socket()) as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # bound, never listening: connections are refused
         with pytest.raises(Unavailable):
             await EtcdStore.open(settings=EtcdSettings(endpoints=(f"http://127.0.0.1:{port}",), timeout=1.0))
+
+
+async def test_several_endpoints_fail_over_to_one_that_answers(etcd: str) -> None:
+    with contextlib.closing(socket.socket()) as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        async with await EtcdStore.open(settings=EtcdSettings(endpoints=(dead, etcd), timeout=5.0)) as s:
+            key = b"/registry/t-failover/x"
+            rev = await s.create(key=key, value=b"x")
+            got = await s.get(key=key)
+            assert got is not None and got.mod_revision == rev
