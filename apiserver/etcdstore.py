@@ -554,7 +554,13 @@ class Watch:
             self._last = int(response.header.revision)
 
     async def request_progress(self) -> None:
-        """Ask etcd for a progress notification now (it answers only once the watch has caught up)."""
+        """Ask etcd for a progress notification now (it answers only once the watch has caught up).
+
+        Caution for consistent reads built on it: etcd before 3.4.31 and 3.5.13 could answer a
+        progress request ahead of events still queued for the stream (etcd issue 15220), which
+        is why kube-apiserver serves consistent lists from its cache only on etcd at or above
+        those versions; Debian's 3.4.23 here is below. Periodic notifications are not affected.
+        """
         if self._call is None:
             await self._open()
         try:
