@@ -151,3 +151,19 @@ def test_rbac_writes_quick(tmp_path: Path) -> None:
     assert set(doc["results"]) == {"rbac", "off"}
     assert all(r["errors"] == 0 for rs in doc["rounds"].values() for r in rs)
     assert isinstance(doc["target"]["met"], bool)
+
+
+def test_etcd_clients_quick(tmp_path: Path) -> None:
+    if shutil.which("etcd") is None and not Path("/usr/bin/etcd").exists():
+        pytest.skip("etcd is not installed (scripts/etcd-setup installs it)")
+    proc = subprocess.run([sys.executable, str(BENCH / "etcd_clients.py"), "--quick", "--no-pin",
+                           "--results-dir", str(tmp_path)], cwd=REPO, check=False, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc: dict[str, Any] = json.loads((tmp_path / "etcd_clients.json").read_text())
+    assert doc["benchmark"] == "etcd_clients"
+    assert set(doc["results"]) == {"grpc", "gateway"}
+    for figures in doc["results"].values():
+        assert figures["cas1.writes_per_s"] > 0 and figures["cas32.cpu_us_per_write"] > 0
+        assert figures["range1000.ms_per_range"] > 0 and figures["watch.events_per_s"] > 0
+    assert doc["choice"] in ("grpc", "gateway")
