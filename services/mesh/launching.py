@@ -97,6 +97,8 @@ def _new_token() -> str:
 
 POD_WATCH_MODES: Final = ("auto", "per-node", "shared")
 """`MeshSpec.pod_watch` values."""
+NODES_PER_KUBELET_AUTO: Final = 5_000
+"""With `kubelets=0`, one kubelet process per this many nodes (at real cadence about half a core)."""
 SHARED_POD_WATCH_ABOVE: Final = 1_000
 """With `pod_watch="auto"`, a kubelet process hosting more nodes than this shares one pod watch."""
 
@@ -108,7 +110,9 @@ class MeshSpec:
     nodes: int = 3
     """How many emulated nodes in total."""
     kubelets: int = 1
-    """How many kubelet processes host them (raised to one per zone; never more than nodes)."""
+    """How many kubelet processes host them (raised to one per zone; never more than nodes).
+    0: chosen for the node count, one process per `NODES_PER_KUBELET_AUTO` nodes (a process
+    hosting ten thousand nodes needs more than one core at real cadence)."""
     zones: tuple[str, ...] = ()
     """Zone names; nodes are spread evenly over them, each zone has its own kubelet processes.
     Empty: no `--zone` flag, the kubelet's default zone."""
@@ -187,8 +191,8 @@ class MeshSpec:
     def __post_init__(self) -> None:
         if self.nodes < 0:
             raise ValueError("nodes must be >= 0")
-        if self.kubelets < 1:
-            raise ValueError("kubelets must be >= 1")
+        if self.kubelets < 0:
+            raise ValueError("kubelets must be >= 1, or 0 to choose by the node count")
         if self.clock_rate <= 0:
             raise ValueError("clock_rate must be positive")
         if self.pod_watch not in POD_WATCH_MODES:
@@ -221,6 +225,11 @@ class KubeletPlan:
     """`--pod-watch` of this process (`MeshSpec.pod_watch` resolved for its node count)."""
 
 
+def auto_kubelets(nodes: int) -> int:
+    """Kubelet processes for `nodes` nodes when the count is left to the launcher."""
+    return max(1, -(-nodes // NODES_PER_KUBELET_AUTO))
+
+
 def plan_kubelets(spec: MeshSpec) -> list[KubeletPlan]:
     """Split the nodes over zones and kubelet processes (disjoint, contiguous offset ranges).
 
@@ -230,7 +239,7 @@ def plan_kubelets(spec: MeshSpec) -> list[KubeletPlan]:
     """
     zones: list[str | None] = list(spec.zones) or [None]
     nz = len(zones)
-    procs = max(spec.kubelets, nz)
+    procs = max(auto_kubelets(spec.nodes) if spec.kubelets == 0 else spec.kubelets, nz)
     plans: list[KubeletPlan] = []
     offset = 0
     for i, zone in enumerate(zones):
@@ -604,6 +613,9 @@ class Mesh:
     def choices(self) -> list[str]:
         """What the launcher chose for the node count, in words (`kubemesh up` prints them)."""
         out: list[str] = []
+        if self.spec.kubelets == 0 and len(self.kubelet_plans) > 1:
+            out.append(f"{len(self.kubelet_plans)} kubelet processes for {self.spec.nodes:,} nodes (one per "
+                       f"{NODES_PER_KUBELET_AUTO:,} nodes or zone; --kubelets N chooses)")
         if self.spec.pod_watch == "auto":
             shared = [p.instance for p in self.kubelet_plans if p.pod_watch == "shared"]
             if shared:

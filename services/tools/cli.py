@@ -132,8 +132,8 @@ def _run_profiles(args: argparse.Namespace) -> int:
 
 def _configure_up(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=3, help="emulated nodes (default 3)")
-    parser.add_argument("--kubelets", type=positive_int, default=1,
-                        help="kubelet processes hosting them (at least one per zone; default 1)")
+    parser.add_argument("--kubelets", type=positive_int, default=0,
+                        help="kubelet processes hosting them (at least one per zone; default: one per 5,000 nodes)")
     parser.add_argument("--zones", type=name_list, default=(), metavar="A,B",
                         help="zone names; nodes are spread evenly over them")
     parser.add_argument("--clock-rate", type=positive_float, default=1.0,

@@ -194,6 +194,11 @@ def test_plan_kubelets_picks_the_pod_watch_by_node_count() -> None:
     assert [p.pod_watch for p in plan_kubelets(MeshSpec(nodes=3, pod_watch="shared"))] == ["shared"]
     with pytest.raises(ValueError, match="pod_watch"):
         MeshSpec(pod_watch="some")
+    assert [p.nodes for p in plan_kubelets(MeshSpec(nodes=10_000, kubelets=0))] == [5000, 5000]
+    assert [p.nodes for p in plan_kubelets(MeshSpec(nodes=3, kubelets=0))] == [3]
+    assert [p.nodes for p in plan_kubelets(MeshSpec(nodes=4, kubelets=0, zones=("a", "b")))] == [2, 2]
+    assert Mesh(MeshSpec(nodes=10_001, kubelets=0)).choices()[0] == \
+        "3 kubelet processes for 10,001 nodes (one per 5,000 nodes or zone; --kubelets N chooses)"
     mesh = Mesh(MeshSpec(nodes=1500))
     assert mesh.choices() == ["kubelet-0 hosts more than 1,000 nodes: one pod watch per kubelet process, not one "
                               "per node (--pod-watch per-node keeps one per node)"]
