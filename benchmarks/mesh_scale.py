@@ -84,7 +84,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 await asyncio.sleep(args.sample_interval)
                 try:
                     total, ready, _ = await count_ready(client)
-                except ApiError as exc:
+                except (ApiError, RuntimeError) as exc:  # RuntimeError: the failed start closed the session
                     curve.append({"t_s": round(time.monotonic() - t0, 1), "error": str(exc)})
                     continue
                 curve.append({"t_s": round(time.monotonic() - t0, 1), "registered": total, "ready": ready})
@@ -152,7 +152,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--nodes", type=int, default=None, help="nodes (default 10,000; --quick 300)")
     p.add_argument("--hold", type=float, default=None, help="seconds held at real cadence (default 600; --quick 30)")
     p.add_argument("--ready-timeout", type=float, default=300.0, help="seconds allowed to reach all Ready")
-    p.add_argument("--sample-interval", type=float, default=10.0)
+    p.add_argument("--sample-interval", type=float, default=10.0,
+                   help="seconds between samples (each lists every Node and Lease: 10 or more at 10,000 nodes)")
     p.add_argument("--quick", action="store_true", help="300 nodes held 30 s (a smoke run)")
     p.add_argument("--results-dir", type=Path, default=None)
     a = p.parse_args(argv)
