@@ -20,8 +20,16 @@ NodeStatus loop (upstream's `syncNodeStatus`):
   status and patches it (strategic merge patch on `nodes/{name}/status`; conditions merge by
   type), up to 5 attempts without pause;
 * an unchanged status is posted only when the report frequency has passed since the last
-  post (by default the report frequency equals the update frequency: a post every 10 s);
-  with `no-node-lease` the status post is the heartbeat, so it is posted every time;
+  post (`--node-status-report-frequency`, 5 min from the 1.14 profile on, as upstream since
+  leases; the status computation frequency before); with `no-node-lease` the status post is the
+  heartbeat, so it is posted every time;
+* in between, as upstream's `tryUpdateNodeStatus`, the node reads its Node and posts when the
+  apiserver's conditions differ from the ones it computed: another writer (the node-lifecycle
+  controller marking it Unknown on a lease it saw late, an operator) is answered within one
+  update period, not one report period. Upstream's read is a GET served from the apiserver's
+  watch cache; here it is the kubelet process's one node informer (`KubeletHost.node_view`),
+  the same view without one request per node and period (ten thousand nodes would otherwise
+  add a thousand GETs a second);
 * the first post after registration carries the whole status (capacity, allocatable,
   addresses, nodeInfo, daemonEndpoints); later ones carry the conditions.
 
@@ -296,10 +304,11 @@ class LeaseRenewer:
         except LeaseUpdateError as exc:
             self._log.warning("failed to update lease", error=str(exc))
 
-    async def run(self) -> None:
-        """Renew forever: once now, then from a random phase of the period on."""
+    async def run(self, *, synced: bool = False) -> None:
+        """Renew forever: once now (unless the boot did: `synced`), then from a random phase of the period on."""
         interval = self.settings.lease_renew_interval
-        await self.sync()
+        if not synced:
+            await self.sync()
         await self.clock.sleep(self.rng.random() * interval)
         while True:
             await self.sync()
@@ -319,7 +328,7 @@ class StatusReporter:
 
     def __init__(self, *, api: HeartbeatApi, node: str, clock: Clock, rng: random.Random,
                  settings: KubeletSettings, conditions: NodeConditions,
-                 full_status: Callable[[], Obj]) -> None:
+                 full_status: Callable[[], Obj], observed: Callable[[], Obj | None] | None = None) -> None:
         self.api = api
         self.node = node
         self.clock = clock
@@ -327,8 +336,12 @@ class StatusReporter:
         self.settings = settings
         self.conditions = conditions
         self._full_status = full_status
+        self._observed = observed
+        """The Node as the kubelet process's node informer holds it (None: GET it)."""
         self.need_full = True
         self.posts = 0
+        self.reads = 0
+        """How often the status loop read its Node between reports (from `observed`, or a GET)."""
         self.failures = 0
         self.last_post: float | None = None
         self._last_fingerprint: object = None
@@ -348,7 +361,7 @@ class StatusReporter:
         previous = self.conditions.fingerprint()
         conditions = self.conditions.observe(now)
         changed = self.conditions.fingerprint() != previous
-        if not changed and not self.due(now):
+        if not changed and not self.due(now) and not await self._server_differs():
             return False
         status: Obj = {**self._full_status(), "conditions": conditions} if self.need_full \
             else {"conditions": conditions}
@@ -368,16 +381,44 @@ class StatusReporter:
             return True
         raise StatusUpdateError(f"update node status exceeds retry count: {last}")
 
-    async def run(self) -> None:
-        """Post forever: once now, then from a random phase of the period on."""
-        interval = self.settings.node_status_update_frequency
-        first = True
-        while True:
+    async def _server_differs(self) -> bool:
+        """Whether the apiserver's Node shows conditions other than the ones this node computed.
+
+        Upstream's kubelet reads its Node before every status update (a GET served from the
+        apiserver's watch cache) and skips the PATCH only when nothing it would write differs.
+        Here the read is the kubelet process's node informer (`observed`), the same watch-cache
+        view without a request per node and period; without one, a GET. A node the view does
+        not hold, or a failed GET, counts as "differs" (the PATCH then tells). Only the
+        conditions the node reports count (another writer's own conditions, and heartbeat
+        times, do not).
+        """
+        if self._observed is not None:
+            node = self._observed()
+            if node is None:
+                return True
+        else:
             try:
-                await self.sync()
-            except StatusUpdateError as exc:
-                self._log.warning("unable to update node status", error=str(exc))
-            pause = self.rng.random() * interval if first else \
-                jittered(interval, factor=self.settings.jitter_factor, rng=self.rng)
-            first = False
-            await self.clock.sleep(pause)
+                node = await self.api.get(NODES, self.node)
+            except ApiError:
+                return True
+        self.reads += 1
+        server = {str(c.get("type")): str(c.get("status"))
+                  for c in (node.get("status") or {}).get("conditions") or [] if isinstance(c, dict)}
+        return any(server.get(t) != v[0] for t, v in self.conditions.current.items())
+
+    async def sync_logged(self) -> None:
+        """One `sync`; a failure is logged (the next period tries again)."""
+        try:
+            await self.sync()
+        except StatusUpdateError as exc:
+            self._log.warning("unable to update node status", error=str(exc))
+
+    async def run(self, *, synced: bool = False) -> None:
+        """Post forever: once now (unless the boot did: `synced`), then from a random phase of the period on."""
+        interval = self.settings.node_status_update_frequency
+        if not synced:
+            await self.sync_logged()
+        await self.clock.sleep(self.rng.random() * interval)
+        while True:
+            await self.sync_logged()
+            await self.clock.sleep(jittered(interval, factor=self.settings.jitter_factor, rng=self.rng))

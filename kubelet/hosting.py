@@ -21,6 +21,7 @@ their period (see `heartbeating`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import tempfile
 from dataclasses import dataclass, field
@@ -36,8 +37,9 @@ from kubemesh.kubelet.settings import KubeletSettings
 from kubemesh.kubelet.watching import NodePodWatch, SharedPodWatch
 from kubemesh.services.machinery.client import AlreadyExistsError, ApiClient, ApiError, RetrySettings
 from kubemesh.services.machinery.clock import Clock
+from kubemesh.services.machinery.informing import Informer
 from kubemesh.services.model.codec import Encoding
-from kubemesh.services.model.kinds import NAMESPACES, Kind, Obj
+from kubemesh.services.model.kinds import NAMESPACES, NODES, Kind, Obj
 
 log = structlog.get_logger("kubelet.hosting")
 
@@ -56,6 +58,10 @@ class KubeletHost:
     encoding: Encoding = "msgpack"
     nodes: dict[str, EmulatedNode] = field(default_factory=dict)
     shared: SharedPodWatch | None = None
+    node_view: Informer | None = None
+    """One informer over the Nodes for the whole process, when an unchanged status is posted
+    only every report period: each node's status loop reads its Node here between reports
+    instead of a GET per node and period (`StatusReporter._server_differs`)."""
     processes: ProcessRuntime | None = None
     """The process runtime shared by the nodes (only with `--runtime process` or `opt-in`)."""
     _connector: aiohttp.TCPConnector | None = None
@@ -78,6 +84,11 @@ class KubeletHost:
         if s.pod_watch == "shared":
             self.shared = SharedPodWatch(client=self._client(instance=self.instance, rng=self.rng),
                                          clock=self.clock, rng=random.Random(self.rng.getrandbits(64)))
+        if s.node_status_report_frequency is not None and \
+                s.node_status_report_frequency > s.node_status_update_frequency:
+            self.node_view = Informer(self._client(instance=self.instance, rng=self.rng), NODES, clock=self.clock,
+                                      name="nodes@kubelet", rng=random.Random(self.rng.getrandbits(64)))
+        view = self.node_view
         readers: dict[str, ApiClient] = {}
         if s.runtime != "emulated":
             fallback = self._client(instance=self.instance, rng=self.rng)
@@ -105,7 +116,8 @@ class KubeletHost:
                 identity=NodeIdentity(name=name, index=index, instance=self.instance,
                                       admin_port=self.admin_port),
                 settings=s, clock=self.clock, rng=node_rng, heartbeat_api=heartbeat, pod_api=pods,
-                pods=source, register_gate=gate)
+                pods=source, register_gate=gate,
+                observed=functools.partial(view.get, name) if view is not None else None)
             self.nodes[name].pods.processes = self.processes
 
     async def ensure_lease_namespace(self) -> None:
@@ -127,6 +139,8 @@ class KubeletHost:
         await self.ensure_lease_namespace()
         if self.shared is not None:
             self._tasks.append(asyncio.get_running_loop().create_task(self.shared.run(), name="pods@kubelet"))
+        if self.node_view is not None:
+            self._tasks.append(asyncio.get_running_loop().create_task(self.node_view.run(), name="nodes@kubelet"))
         for node in self.nodes.values():
             node.power_on()
 

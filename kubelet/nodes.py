@@ -31,8 +31,9 @@ stays stopped across power-off/power-on until resumed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +70,10 @@ class PodSource:
     def detach(self, worker: PodWorker) -> None:
         """Stop routing events to `worker`."""
 
+    async def wait_synced(self, *, within: float) -> bool:
+        """Wait until the view has listed once (False after `within` cluster seconds)."""
+        return True
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeIdentity:
@@ -85,8 +90,11 @@ class EmulatedNode:
 
     def __init__(self, *, identity: NodeIdentity, settings: KubeletSettings, clock: Clock,
                  rng: random.Random, heartbeat_api: HeartbeatApi, pod_api: PodApi,
-                 pods: PodSource, register_gate: asyncio.Semaphore | None = None) -> None:
+                 pods: PodSource, register_gate: asyncio.Semaphore | None = None,
+                 observed: Callable[[], Obj | None] | None = None) -> None:
         self.identity = identity
+        self.observed = observed
+        """The Node as the kubelet process's node informer holds it (None: the status loop GETs it)."""
         self.name = identity.name
         self.settings = settings
         self.clock = clock
@@ -190,23 +198,33 @@ class EmulatedNode:
         body = node_object(name=self.name, index=self.identity.index, labels=labels,
                            status=status, instance=self.identity.instance,
                            conditions=self.conditions.observe(self.clock.now()))
-        if self._gate is not None:
-            async with self._gate:
-                node = await register(self.heartbeat_api, body, clock=self.clock)
-        else:
+        # The whole boot happens inside the gate: registration, the first renewal, the first
+        # status post and the pod view's first list. Ten thousand nodes powered on together would
+        # otherwise fire their first requests (and, per node, a new TLS connection for the pod
+        # watch) all at once: a herd that overflows the apiserver's accept queue and outlasts the
+        # heartbeat client's timeout, so that requests time out, their connections are dropped
+        # and re-handshaked, and registration slows to a crawl. Inside the gate at most
+        # `register_concurrency` nodes are booting; once booted, each loop spreads itself over
+        # its period.
+        async with self._gate if self._gate is not None else contextlib.nullcontext():
             node = await register(self.heartbeat_api, body, clock=self.clock)
-        self.uid = uid_of(node) or None
-        self.registered = True
-        self.lease = LeaseRenewer(api=self.heartbeat_api, node=self.name, clock=self.clock, rng=self.rng,
-                                  settings=self.settings, node_uid=lambda: self.uid)
-        self.status = StatusReporter(api=self.heartbeat_api, node=self.name, clock=self.clock, rng=self.rng,
-                                     settings=self.settings, conditions=self.conditions,
-                                     full_status=lambda: status)
+            self.uid = uid_of(node) or None
+            self.registered = True
+            self.lease = LeaseRenewer(api=self.heartbeat_api, node=self.name, clock=self.clock, rng=self.rng,
+                                      settings=self.settings, node_uid=lambda: self.uid)
+            self.status = StatusReporter(api=self.heartbeat_api, node=self.name, clock=self.clock, rng=self.rng,
+                                         settings=self.settings, conditions=self.conditions,
+                                         full_status=lambda: status, observed=self.observed)
+            if not self.lease_stopped:
+                await self.lease.sync()
+            if not self.status_stopped:
+                await self.status.sync_logged()
+            self._start("pods", self._run_pods())
+            await self.pod_source.wait_synced(within=self.settings.node_status_update_frequency)
         if not self.status_stopped:
-            self._start("status", self.status.run())
+            self._start("status", self.status.run(synced=True))
         if not self.lease_stopped:
-            self._start("lease", self.lease.run())
-        self._start("pods", self._run_pods())
+            self._start("lease", self.lease.run(synced=True))
         self._start("evict", self._evict_loop())
 
     async def _run_pods(self) -> None:
@@ -363,6 +381,7 @@ class EmulatedNode:
                       "lastRenew": self.lease.last_renew if self.lease else None},
             "status": {"stopped": self.status_stopped,
                        "posts": self.status.posts if self.status else 0,
+                       "reads": self.status.reads if self.status else 0,
                        "failures": self.status.failures if self.status else 0,
                        "lastPost": self.status.last_post if self.status else None},
             "conditions": self.conditions.statuses(),

@@ -73,9 +73,11 @@ class KubeletSettings:
     """How often the kubelet computes node status (`--node-status-update-frequency`); also the
     heartbeat client's timeout, as upstream."""
     node_status_report_frequency: float | None = None
-    """How often an unchanged status is posted anyway. None: every update (the issue's
-    behaviour, and upstream's when the update frequency is set explicitly); upstream's
-    default with leases is 300 s."""
+    """How often an unchanged status is posted anyway (`--node-status-report-frequency`). None:
+    every update (upstream's when the update frequency is set explicitly). The profiles set
+    upstream's values: 300 s from 1.14 (leases on by default, so `current` too), every update
+    before. In between the node GETs its Node each update and posts when the conditions there
+    differ from its own (`kubemesh.kubelet.heartbeating`)."""
     node_status_update_retry: int = 5
     """Attempts per status update (upstream `nodeStatusUpdateRetry`), without pause."""
     node_lease_duration: float = 40.0

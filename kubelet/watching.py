@@ -63,6 +63,11 @@ class NodePodWatch(PodSource):
         """Forget the informer (its task is cancelled with the node's tasks)."""
         self.informer = None
 
+    async def wait_synced(self, *, within: float) -> bool:
+        """Wait for the node's own informer to list once."""
+        informer = self.informer
+        return True if informer is None else await informer.wait_for_sync(within)
+
 
 class _Slice:
     """One node's view of the shared informer."""
@@ -136,3 +141,6 @@ class _SharedSource(PodSource):
 
     def detach(self, worker: PodWorker) -> None:
         self._shared.workers.pop(self._node, None)
+
+    async def wait_synced(self, *, within: float) -> bool:
+        return await self._shared.informer.wait_for_sync(within)

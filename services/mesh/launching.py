@@ -111,6 +111,14 @@ def _new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
+POD_WATCH_MODES: Final = ("auto", "per-node", "shared")
+"""`MeshSpec.pod_watch` values."""
+NODES_PER_KUBELET_AUTO: Final = 5_000
+"""With `kubelets=0`, one kubelet process per this many nodes (at real cadence about half a core)."""
+SHARED_POD_WATCH_ABOVE: Final = 1_000
+"""With `pod_watch="auto"`, a kubelet process hosting more nodes than this shares one pod watch."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class MeshSpec:
     """What mesh to run. Every field has a default that gives a small working cluster."""
@@ -118,7 +126,9 @@ class MeshSpec:
     nodes: int = 3
     """How many emulated nodes in total."""
     kubelets: int = 1
-    """How many kubelet processes host them (raised to one per zone; never more than nodes)."""
+    """How many kubelet processes host them (raised to one per zone; never more than nodes).
+    0: chosen for the node count, one process per `NODES_PER_KUBELET_AUTO` nodes (a process
+    hosting ten thousand nodes needs more than one core at real cadence)."""
     zones: tuple[str, ...] = ()
     """Zone names; nodes are spread evenly over them, each zone has its own kubelet processes.
     Empty: no `--zone` flag, the kubelet's default zone."""
@@ -191,6 +201,12 @@ class MeshSpec:
     `opt-in` (only pods annotated `kubemesh.io/runtime: process`); see
     `kubemesh.kubelet.processes`. The processes' files and group records live in
     `<state_dir>/pods`, and `stop()` kills whatever is recorded there."""
+    pod_watch: str = "auto"
+    """How each kubelet process's nodes watch their pods: `per-node` (each node its own watch
+    and connection, as real kubelets), `shared` (one watch per process, dispatched by
+    `spec.nodeName`), or `auto`: per-node for a process hosting at most
+    `SHARED_POD_WATCH_ABOVE` nodes, shared above (ten thousand per-node watches are ten
+    thousand TLS connections the apiserver must accept and keep; see `KubeletPlan.pod_watch`)."""
     python: str = sys.executable
     """The interpreter that runs the components."""
     die_with_parent: bool = True
@@ -199,10 +215,12 @@ class MeshSpec:
     def __post_init__(self) -> None:
         if self.nodes < 0:
             raise ValueError("nodes must be >= 0")
-        if self.kubelets < 1:
-            raise ValueError("kubelets must be >= 1")
+        if self.kubelets < 0:
+            raise ValueError("kubelets must be >= 1, or 0 to choose by the node count")
         if self.clock_rate <= 0:
             raise ValueError("clock_rate must be positive")
+        if self.pod_watch not in POD_WATCH_MODES:
+            raise ValueError(f"pod_watch must be one of {', '.join(POD_WATCH_MODES)}, not {self.pod_watch!r}")
         if self.runtime not in RUNTIMES:
             raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {self.runtime!r}")
         if len(set(self.zones)) != len(self.zones) or any(not z for z in self.zones):
@@ -227,6 +245,13 @@ class KubeletPlan:
     zone: str | None
     node_offset: int
     nodes: int
+    pod_watch: str = "per-node"
+    """`--pod-watch` of this process (`MeshSpec.pod_watch` resolved for its node count)."""
+
+
+def auto_kubelets(nodes: int) -> int:
+    """Kubelet processes for `nodes` nodes when the count is left to the launcher."""
+    return max(1, -(-nodes // NODES_PER_KUBELET_AUTO))
 
 
 def plan_kubelets(spec: MeshSpec) -> list[KubeletPlan]:
@@ -238,7 +263,7 @@ def plan_kubelets(spec: MeshSpec) -> list[KubeletPlan]:
     """
     zones: list[str | None] = list(spec.zones) or [None]
     nz = len(zones)
-    procs = max(spec.kubelets, nz)
+    procs = max(auto_kubelets(spec.nodes) if spec.kubelets == 0 else spec.kubelets, nz)
     plans: list[KubeletPlan] = []
     offset = 0
     for i, zone in enumerate(zones):
@@ -246,8 +271,10 @@ def plan_kubelets(spec: MeshSpec) -> list[KubeletPlan]:
         zone_procs = min(procs // nz + (1 if i < procs % nz else 0), zone_nodes)
         for j in range(zone_procs):
             count = zone_nodes // zone_procs + (1 if j < zone_nodes % zone_procs else 0)
+            watch = spec.pod_watch if spec.pod_watch != "auto" else \
+                "shared" if count > SHARED_POD_WATCH_ABOVE else "per-node"
             plans.append(KubeletPlan(instance=f"kubelet-{len(plans)}", zone=zone,
-                                     node_offset=offset, nodes=count))
+                                     node_offset=offset, nodes=count, pod_watch=watch))
             offset += count
     return plans
 
@@ -617,6 +644,20 @@ class Mesh:
 
     # -- internals ----------------------------------------------------------------------------
 
+    def choices(self) -> list[str]:
+        """What the launcher chose for the node count, in words (`kubemesh up` prints them)."""
+        out: list[str] = []
+        if self.spec.kubelets == 0 and len(self.kubelet_plans) > 1:
+            out.append(f"{len(self.kubelet_plans)} kubelet processes for {self.spec.nodes:,} nodes (one per "
+                       f"{NODES_PER_KUBELET_AUTO:,} nodes or zone; --kubelets N chooses)")
+        if self.spec.pod_watch == "auto":
+            shared = [p.instance for p in self.kubelet_plans if p.pod_watch == "shared"]
+            if shared:
+                who = f"{shared[0]} hosts" if len(shared) == 1 else f"{', '.join(shared)} host"
+                out.append(f"{who} more than {SHARED_POD_WATCH_ABOVE:,} nodes: one pod watch per kubelet process, "
+                           f"not one per node (--pod-watch per-node keeps one per node)")
+        return out
+
     def _choose_components(self) -> tuple[str, ...]:
         wanted = self.spec.components
         if wanted is None:
@@ -695,6 +736,8 @@ class Mesh:
             argv += ["--nodes", str(plan.nodes), "--node-offset", str(plan.node_offset)]
             if plan.zone is not None:
                 argv += ["--zone", plan.zone]
+            if plan.pod_watch != "per-node":
+                argv += ["--pod-watch", plan.pod_watch]
             if self.spec.node_prefix is not None:
                 argv += ["--node-prefix", self.spec.node_prefix]
             if self.spec.capacity is not None:
@@ -828,7 +871,7 @@ class Mesh:
                                 for p in self._procs if p.plan is not None)
                 raise MeshError(
                     f"not every node became Ready within {self.spec.start_timeout:.1f} s: expected "
-                    f"{total}, {describe_nodes(last)}"
+                    f"{total}, {describe_nodes(last, expected=total)}"
                     f"{'; last error: ' + last_error if last_error else ''}; kubelets: {kubelets}{tails}")
             await asyncio.sleep(_POLL_INTERVAL * 2)
 

@@ -164,10 +164,13 @@ def node_is_ready(node: Mapping[str, Any]) -> bool:
     return False
 
 
-def describe_nodes(nodes: Sequence[Mapping[str, Any]], *, limit: int = 20) -> str:
-    """`3 Ready (node-1, ...), not Ready: node-4`, naming at most `limit` nodes of each kind."""
+def describe_nodes(nodes: Sequence[Mapping[str, Any]], *, limit: int = 5, expected: int | None = None) -> str:
+    """`3 Ready (node-1, ...), 1 not Ready: node-4, 2 not registered`, naming at most `limit` nodes of each kind.
+
+    Counts first and a few names: at ten thousand nodes the message stays one readable line.
+    """
     if not nodes:
-        return "no Node objects"
+        return "no Node objects" + (f" ({expected} expected)" if expected else "")
 
     def names(items: list[str]) -> str:
         shown = ", ".join(items[:limit]) or "-"
@@ -178,4 +181,6 @@ def describe_nodes(nodes: Sequence[Mapping[str, Any]], *, limit: int = 20) -> st
     out = f"{len(ready)} Ready ({names(ready)})"
     if not_ready:
         out += f", {len(not_ready)} not Ready: {names(not_ready)}"
+    if expected is not None and expected > len(nodes):
+        out += f", {expected - len(nodes)} not registered"
     return out

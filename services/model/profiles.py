@@ -197,6 +197,9 @@ RELEASES: Final[tuple[Release, ...]] = (
                                  "records first): leases on", changes=(
         _d(SCHEDULER, "percentage-of-nodes-to-score", "0",
            "pkg/scheduler/core: adaptive percentageOfNodesToScore (0 = 50% minus 1% per 125 nodes) since v1.14"),
+        _d(KUBELET, "node-status-report-frequency", "300",
+           "kubelet nodeStatusReportFrequency 5m (KEP-589): with leases an unchanged status is posted every 5 min; "
+           "the kubelet still reads its Node every --node-status-update-frequency and posts what differs"),
         Switch(name="no-node-lease", on=False, source="NodeLease beta, on by default in v1.14 (KEP-589)"),
         Switch(name="nominate-after-patch", on=False, source="kubernetes#72259 (v1.14)"),
         Feature(name="NodeLease", enabled=True, source="beta v1.14", emulation="switch no-node-lease off"),

@@ -132,8 +132,8 @@ def _run_profiles(args: argparse.Namespace) -> int:
 
 def _configure_up(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=3, help="emulated nodes (default 3)")
-    parser.add_argument("--kubelets", type=positive_int, default=1,
-                        help="kubelet processes hosting them (at least one per zone; default 1)")
+    parser.add_argument("--kubelets", type=positive_int, default=0,
+                        help="kubelet processes hosting them (at least one per zone; default: one per 5,000 nodes)")
     parser.add_argument("--zones", type=name_list, default=(), metavar="A,B",
                         help="zone names; nodes are spread evenly over them")
     parser.add_argument("--clock-rate", type=positive_float, default=1.0,
@@ -155,6 +155,10 @@ def _configure_up(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runtime", choices=("emulated", "process", "opt-in"), default="emulated",
                         help="containers: emulated (default, no process runs), process (every pod's containers "
                              "run as local processes) or opt-in (pods annotated kubemesh.io/runtime=process)")
+    parser.add_argument("--pod-watch", choices=("auto", "per-node", "shared"), default="auto",
+                        help="how nodes watch their pods: per-node (a watch per node, as real kubelets), shared "
+                             "(one per kubelet process), or auto (default): shared for a process hosting more than "
+                             "1,000 nodes")
     parser.add_argument("--port", type=int, default=0, help="apiserver port (default: a free one)")
     parser.add_argument("--persist", action="store_true",
                         help="keep the apiserver's objects in <state-dir>/data across its restarts")
@@ -197,7 +201,7 @@ def _run_up(args: argparse.Namespace) -> Awaitable[int]:
             state_dir=args.state_dir, components=args.components, node_prefix=args.node_prefix,
             capacity=args.capacity, apiserver_port=args.port, persist=args.persist, runtime=args.runtime,
             log_level=args.log_level, start_timeout=args.timeout, eager=args.eager, stagger=args.stagger,
-            wait_registered=args.wait_registered, **kwargs)
+            wait_registered=args.wait_registered, pod_watch=args.pod_watch, **kwargs)
     except ValueError as exc:
         print(f"kubemesh up: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
@@ -225,6 +229,8 @@ async def _up(spec: Any) -> int:
         return 1
     print(f"kubemesh: starting {spec.nodes} nodes ({', '.join(mesh.components)}) in {mesh.state_dir}",
           flush=True)
+    for choice in mesh.choices():
+        print(f"kubemesh: {choice}", flush=True)
     starting = asyncio.create_task(mesh.start())
     stopping = asyncio.create_task(stop.wait())
     try:

@@ -54,7 +54,9 @@ def test_since_matches_a_plain_list_of_records_whatever_the_ring_holds() -> None
         plain: list[dict[str, object]] = []
         for step in range(400):
             if rng.random() < 0.4:
-                plain.append(h.append("request", n=step))
+                h.append("request", n=step, path=f"/p/{step % 3}", attributes={"verb": "get", "n": step % 2})
+                plain.append({"index": h.last_index, "time": h.clock.now(), "type": "request", "n": step,
+                              "path": f"/p/{step % 3}", "attributes": {"verb": "get", "n": step % 2}})
             else:
                 seen = [("pods", "MODIFIED", f"default/p{step}", step * 10 + j) for j in range(rng.randint(1, 4))]
                 first = h.last_index + 1

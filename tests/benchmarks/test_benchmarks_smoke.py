@@ -151,3 +151,34 @@ def test_rbac_writes_quick(tmp_path: Path) -> None:
     assert set(doc["results"]) == {"rbac", "off"}
     assert all(r["errors"] == 0 for rs in doc["rounds"].values() for r in rs)
     assert isinstance(doc["target"]["met"], bool)
+
+
+def test_etcd_clients_quick(tmp_path: Path) -> None:
+    if shutil.which("etcd") is None and not Path("/usr/bin/etcd").exists():
+        pytest.skip("etcd is not installed (scripts/etcd-setup installs it)")
+    proc = subprocess.run([sys.executable, str(BENCH / "etcd_clients.py"), "--quick", "--no-pin",
+                           "--results-dir", str(tmp_path)], cwd=REPO, check=False, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc: dict[str, Any] = json.loads((tmp_path / "etcd_clients.json").read_text())
+    assert doc["benchmark"] == "etcd_clients"
+    assert set(doc["results"]) == {"grpc", "gateway"}
+    for figures in doc["results"].values():
+        assert figures["cas1.writes_per_s"] > 0 and figures["cas32.cpu_us_per_write"] > 0
+        assert figures["range1000.ms_per_range"] > 0 and figures["watch.events_per_s"] > 0
+    assert doc["choice"] in ("grpc", "gateway")
+
+
+def test_mesh_scale_small(tmp_path: Path) -> None:
+    """`kubemesh up`'s defaults at a small count: all Ready, held, costs per 1,000 nodes written."""
+    proc = subprocess.run([sys.executable, str(BENCH / "mesh_scale.py"), "--nodes", "50", "--hold", "10",
+                           "--sample-interval", "5", "--results-dir", str(tmp_path)], cwd=REPO, check=False,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc: dict[str, Any] = json.loads((tmp_path / "mesh_scale.json").read_text())
+    result = doc["result"]
+    assert result["started"] and result["kubelets"] == [{"instance": "kubelet-0", "nodes": 50, "pod_watch": "per-node"}]
+    hold = result["hold"]
+    assert hold["passed"] and hold["false_not_ready_max"] == 0 and hold["leases"]["renewals_seen"] > 0
+    assert set(hold["per_1000_nodes"]) == {"apiserver", "kubelet-0", "controller-manager", "scheduler"}
+    assert hold["nodes_per_core"] > 0 and doc["references"]["kubemark_cores_per_hollow_node"] == 0.09

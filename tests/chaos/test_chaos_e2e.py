@@ -426,7 +426,7 @@ async def test_lease_stop_stops_only_the_lease(env: Env) -> None:
     async with env.chaos.fault(spec):
         nodes = await env.kubelet_nodes()
         assert [n for n, s in nodes.items() if s["lease"]["stopped"]] == ["node-1"]
-        posts = nodes["node-1"]["status"]["posts"]
+        syncs = status_syncs(nodes["node-1"])
         before = await env.leases()
 
         async def others_renewed() -> bool:
@@ -435,8 +435,9 @@ async def test_lease_stop_stops_only_the_lease(env: Env) -> None:
 
         await eventually(others_renewed, what="node-2 and node-3 renewing")
         assert (await env.leases())["node-1"] == before["node-1"]
-        # The node still posts its status: only the Lease stopped.
-        assert (await env.kubelet_nodes())["node-1"]["status"]["posts"] > posts
+        # The node still syncs its status (a post, or a read of its Node between reports): only
+        # the Lease stopped.
+        assert status_syncs((await env.kubelet_nodes())["node-1"]) > syncs
     assert_lifecycle(await env.faults_since(since, "e2e-lease"), target="node-1")
     t_end = env.now()
 
@@ -487,24 +488,29 @@ async def test_status_stop_stops_only_status_posts(env: Env) -> None:
     async with env.chaos.fault(spec):
         nodes = await env.kubelet_nodes()
         assert [n for n, s in nodes.items() if s["status"]["stopped"]] == ["node-3"]
-        posts = {n: s["status"]["posts"] for n, s in nodes.items()}
+        syncs = {n: status_syncs(s) for n, s in nodes.items()}
         before = await env.leases()
 
-        async def others_posted_twice() -> bool:
+        async def others_synced_twice() -> bool:
             now = await env.kubelet_nodes()
-            return all(now[n]["status"]["posts"] >= posts[n] + 2 for n in ("node-1", "node-2"))
+            return all(status_syncs(now[n]) >= syncs[n] + 2 for n in ("node-1", "node-2"))
 
-        await eventually(others_posted_twice, what="node-1 and node-2 posting status")
-        assert (await env.kubelet_nodes())["node-3"]["status"]["posts"] == posts["node-3"]
+        await eventually(others_synced_twice, what="node-1 and node-2 syncing their status")
+        assert status_syncs((await env.kubelet_nodes())["node-3"]) == syncs["node-3"]
         # The Lease still renews.
         assert (await env.leases())["node-3"] > before["node-3"]
     assert_lifecycle(await env.faults_since(since, "e2e-status"), target="node-3")
-    posts_after = (await env.kubelet_nodes())["node-3"]["status"]["posts"]
+    after = status_syncs((await env.kubelet_nodes())["node-3"])
 
-    async def posts_again() -> bool:
-        return bool((await env.kubelet_nodes())["node-3"]["status"]["posts"] > posts_after)
+    async def syncs_again() -> bool:
+        return status_syncs((await env.kubelet_nodes())["node-3"]) > after
 
-    await eventually(posts_again, what="node-3 posting status after the fault")
+    await eventually(syncs_again, what="node-3 syncing its status after the fault")
+
+
+def status_syncs(machine: dict[str, Any]) -> int:
+    """A node's status syncs so far (posts, and reads of its Node between reports), from the kubelet's admin."""
+    return int(machine["status"]["posts"]) + int(machine["status"].get("reads", 0))
 
 
 def condition(node: Obj, type_: str) -> dict[str, Any] | None:

@@ -1,4 +1,5 @@
 import asyncio
+import copy
 import itertools
 import random
 
@@ -156,6 +157,58 @@ async def test_status_retries_and_report_frequency() -> None:
     except Exception as exc:
         assert "retry count" in str(exc)
     assert rep.failures == 5
+
+
+async def test_between_reports_the_node_reads_its_node_and_answers_another_writer() -> None:
+    # Upstream's tryUpdateNodeStatus: the Node is read every update; an unchanged status is not
+    # posted before the report period unless the apiserver shows other conditions than the
+    # node's own (the node-lifecycle controller marked it Unknown on a lease it saw late).
+    clock = ManualClock(START)
+    api = FakeApi(clock)
+    await api.create(NODES, {"metadata": {"name": "node-1"}})
+    conds = NodeConditions()
+    rep = StatusReporter(api=api, node="node-1", clock=clock, rng=random.Random(0),
+                         settings=KubeletSettings(node_status_report_frequency=300.0),
+                         conditions=conds, full_status=lambda: {})
+    assert await rep.sync()
+    await clock.advance(10)
+    assert not await rep.sync() and rep.reads == 1  # the apiserver shows what the node computed
+    stored = api.objects[("nodes", "", "node-1")]["status"]["conditions"]
+    next(c for c in stored if c["type"] == "Ready")["status"] = "Unknown"
+    await clock.advance(10)
+    assert await rep.sync()  # answered within one update period, not one report period
+    stored = api.objects[("nodes", "", "node-1")]["status"]["conditions"]
+    assert next(c for c in stored if c["type"] == "Ready")["status"] == "True"
+    stored.append({"type": "NetworkUnavailable", "status": "True"})  # another writer's own condition
+    await clock.advance(10)
+    assert not await rep.sync()
+    api.fail = lambda verb, plural: unavailable() if verb == "get" else None
+    await clock.advance(10)
+    assert await rep.sync()  # the Node could not be read: the PATCH tells
+    assert rep.posts == 3
+
+
+async def test_between_reports_the_node_reads_the_process_node_view_without_a_request() -> None:
+    # With the kubelet process's node informer (`observed`) the read costs no request: the
+    # view's Node decides, an absent one counts as differing.
+    clock = ManualClock(START)
+    api = FakeApi(clock)
+    await api.create(NODES, {"metadata": {"name": "node-1"}})
+    view: dict[str, Obj] = {}
+    conds = NodeConditions()
+    rep = StatusReporter(api=api, node="node-1", clock=clock, rng=random.Random(0),
+                         settings=KubeletSettings(node_status_report_frequency=300.0),
+                         conditions=conds, full_status=lambda: {}, observed=lambda: view.get("node-1"))
+    assert await rep.sync()
+    await clock.advance(10)
+    assert await rep.sync()  # the view does not hold the Node yet: post
+    view["node-1"] = copy.deepcopy(api.objects[("nodes", "", "node-1")])
+    await clock.advance(10)
+    calls = len(api.calls)
+    assert not await rep.sync() and rep.reads == 1 and len(api.calls) == calls  # no GET
+    next(c for c in view["node-1"]["status"]["conditions"] if c["type"] == "Ready")["status"] = "Unknown"
+    await clock.advance(10)
+    assert await rep.sync()
 
 
 def test_condition_transitions() -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubemesh.services.mesh.endpoint import MeshError, node_is_ready
+from kubemesh.services.mesh.endpoint import MeshError, describe_nodes, node_is_ready
 from kubemesh.services.mesh.launching import KUBELET, Mesh, MeshSpec, available_components, plan_kubelets
 from kubemesh.services.mesh.state import pid_alive, process_start_ticks, render_kubeconfig
 from kubemesh.services.model import bugs
@@ -185,6 +185,25 @@ def test_plan_kubelets_edge_cases() -> None:
     assert plan_kubelets(MeshSpec(nodes=0)) == []
 
 
+def test_plan_kubelets_picks_the_pod_watch_by_node_count() -> None:
+    """`auto` keeps a watch per node up to 1,000 nodes per process, then one per process; explicit wins."""
+    assert [p.pod_watch for p in plan_kubelets(MeshSpec(nodes=1000))] == ["per-node"]
+    assert [p.pod_watch for p in plan_kubelets(MeshSpec(nodes=1001))] == ["shared"]
+    assert [p.pod_watch for p in plan_kubelets(MeshSpec(nodes=3000, kubelets=3))] == ["per-node"] * 3
+    assert [p.pod_watch for p in plan_kubelets(MeshSpec(nodes=5000, pod_watch="per-node"))] == ["per-node"]
+    assert [p.pod_watch for p in plan_kubelets(MeshSpec(nodes=3, pod_watch="shared"))] == ["shared"]
+    with pytest.raises(ValueError, match="pod_watch"):
+        MeshSpec(pod_watch="some")
+    assert [p.nodes for p in plan_kubelets(MeshSpec(nodes=10_000, kubelets=0))] == [5000, 5000]
+    assert [p.nodes for p in plan_kubelets(MeshSpec(nodes=3, kubelets=0))] == [3]
+    assert [p.nodes for p in plan_kubelets(MeshSpec(nodes=4, kubelets=0, zones=("a", "b")))] == [2, 2]
+    assert Mesh(MeshSpec(nodes=10_001, kubelets=0)).choices()[0] == \
+        "3 kubelet processes for 10,001 nodes (one per 5,000 nodes or zone; --kubelets N chooses)"
+    mesh = Mesh(MeshSpec(nodes=1500))
+    assert mesh.choices() == ["kubelet-0 hosts more than 1,000 nodes: one pod watch per kubelet process, not one "
+                              "per node (--pod-watch per-node keeps one per node)"]
+
+
 def test_spec_validates_and_generates_a_token() -> None:
     a, b = MeshSpec(), MeshSpec()
     assert a.token and b.token and a.token != b.token
@@ -214,6 +233,19 @@ def test_kubeconfig_is_read_by_kubectl(tmp_path: Path) -> None:
     assert view["users"][0]["user"]["token"] == "s3cret"
 
 
+def test_describe_nodes_counts_and_names_a_few() -> None:
+    """Ten thousand nodes give one short line: counts, five names of each kind, the unregistered."""
+    def node(i: int, ready: bool) -> dict[str, object]:
+        return {"metadata": {"name": f"node-{i}"},
+                "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "Unknown"}]}}
+
+    nodes = [node(i, i % 10 != 0) for i in range(1, 7001)]
+    text = describe_nodes(nodes, expected=10_000)
+    assert text == ("6300 Ready (node-1, node-2, node-3, node-4, node-5 and 6295 more), 700 not Ready: node-10, "
+                    "node-20, node-30, node-40, node-50 and 695 more, 3000 not registered")
+    assert describe_nodes([], expected=3) == "no Node objects (3 expected)"
+
+
 def test_node_is_ready() -> None:
     assert node_is_ready({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
     assert not node_is_ready({"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}})
@@ -225,7 +257,7 @@ def test_node_is_ready() -> None:
 
 
 async def test_fake_mesh_starts_writes_its_files_and_stops(fake_modules: Path, tmp_path: Path) -> None:
-    spec = fake_spec(fake_modules, tmp_path, zones=("a", "b"))
+    spec = fake_spec(fake_modules, tmp_path, zones=("a", "b"), pod_watch="shared")
     mesh = Mesh(spec)
     async with mesh:
         procs = mesh.processes
@@ -256,6 +288,7 @@ async def test_fake_mesh_starts_writes_its_files_and_stops(fake_modules: Path, t
         assert "token" not in json.dumps(state["spec"]).lower() or state["spec"]["token"] is None
         argv = next(p.argv for p in procs if p.name == "kubelet-1")
         assert argv[argv.index("--node-offset") + 1] == "2" and argv[argv.index("--zone") + 1] == "b"
+        assert argv[argv.index("--pod-watch") + 1] == "shared"
         assert mesh.ready_seconds is not None
         assert mesh.crashed() == []
     assert_all_gone([p.pid for p in procs if p.pid])
