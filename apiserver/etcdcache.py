@@ -57,9 +57,10 @@ log = structlog.get_logger("apiserver.etcdcache")
 STAGE: ContextVar[list[Staged] | None] = ContextVar("kubemesh_etcd_stage", default=None)
 """The staged writes of the request being handled (None outside a committing request)."""
 
-RETRIES: Final = 5
-"""Runs of a request whose commit met a conflict, before it is answered 409 (kube's GuaranteedUpdate
-retries without a bound; a bound keeps a hot key from holding a request forever)."""
+RETRIES: Final = 100
+"""Runs of a request whose commit met a conflict, before it is answered 409. kube's GuaranteedUpdate
+retries without a bound; every round has a winner, so N writers racing for one key need at most
+N rounds: the bound only keeps a pathological loop from holding a request forever."""
 
 LIST_PAGE: Final = 1000
 
