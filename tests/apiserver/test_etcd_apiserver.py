@@ -34,7 +34,7 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture
 def prefix(request: pytest.FixtureRequest) -> str:
     """This test's key prefix in etcd."""
-    return "/t-" + request.node.name.replace("[", "-").rstrip("]")
+    return "/t-" + str(request.node.name).replace("[", "-").rstrip("]")
 
 
 @pytest.fixture
