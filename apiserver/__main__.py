@@ -43,6 +43,9 @@ def _parse(argv: list[str] | None = None) -> tuple[ServerSettings, argparse.Name
     p.add_argument("--etcd-endpoints", default="",
                    help="etcd client URLs, comma-separated (http://127.0.0.1:2379), for --storage etcd")
     p.add_argument("--etcd-prefix", default="/registry", help="the key prefix in etcd (default /registry)")
+    p.add_argument("--etcd-compaction-interval", type=float, default=300.0,
+                   help="seconds between compactions of etcd, each to the revision of the one before; 0 disables "
+                        "(default 300, kube-apiserver's 5m)")
     p.add_argument("--repair", action="store_true",
                    help="before serving, truncate a damaged --data-dir at its first damage, keep the dropped bytes "
                         "beside it and report what was dropped (revisions continue above every dropped one)")
@@ -114,10 +117,13 @@ def _parse(argv: list[str] | None = None) -> tuple[ServerSettings, argparse.Name
     endpoints = tuple(e.strip() for e in a.etcd_endpoints.split(",") if e.strip())
     if a.storage == "etcd" and not endpoints:
         p.error("--storage etcd needs --etcd-endpoints")
+    if a.etcd_compaction_interval < 0:
+        p.error("--etcd-compaction-interval must not be negative")
     if a.storage == "etcd" and a.data_dir:
         p.error("--storage etcd keeps the objects in etcd: --data-dir does not go with it")
     return ServerSettings(host=a.host, port=a.port, data_dir=a.data_dir, fsync=a.fsync, token=token,
                           storage=a.storage, etcd_endpoints=endpoints, etcd_prefix=a.etcd_prefix,
+                          etcd_compaction_interval=a.etcd_compaction_interval,
                           clock_rate=a.clock_rate, seed=a.seed, tls_cert=a.tls_cert_file,
                           tls_key=a.tls_private_key_file,
                           watch=WatchSettings(max_queue=a.watch_queue, window=a.watch_window,

@@ -128,8 +128,9 @@ class CacheStore(Store):
 class EtcdCache:
     """Feeds a `Store` from an etcd watch and commits the writes it stages (see the module docstring)."""
 
-    def __init__(self, *, etcd: EtcdStore, store: Store, revision: int) -> None:
+    def __init__(self, *, etcd: EtcdStore, store: Store, revision: int, compaction_interval: float = 300.0) -> None:
         self.etcd = etcd
+        self.compaction_interval = compaction_interval
         self.store = store
         self._from = revision + 1
         self._kinds: KindTable | None = None
@@ -167,6 +168,8 @@ class EtcdCache:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._follow(), name="etcd-watch"),
                        loop.create_task(self._commit_queued(), name="etcd-queued-writes")]
+        if self.compaction_interval > 0:
+            self._tasks.append(loop.create_task(self._compact(), name="etcd-compactor"))
 
     async def close(self) -> None:
         """Stop following and close the connection."""
@@ -254,6 +257,26 @@ class EtcdCache:
                     self._committing = False
                     self._queue.pop(0)
             self._idle.set()
+
+    async def _compact(self) -> None:
+        """Compact etcd every interval to the revision it had one interval before (kube-apiserver's compactor).
+
+        History younger than one interval stays readable, so watchers that fell behind by less
+        can resume. With several apiservers each compacts so; a revision another one compacted
+        already is no error.
+        """
+        previous = 0
+        while True:
+            await asyncio.sleep(self.compaction_interval)
+            try:
+                current = await self.etcd.current_revision()
+                if previous:
+                    with contextlib.suppress(Compacted):
+                        await self.etcd.compact(revision=previous)
+                    log.info("etcd compacted", revision=previous)
+                previous = current
+            except StorageError as exc:
+                log.warning("etcd compaction failed; retried next interval", error=str(exc))
 
     # ------------------------------------------------------------------------------ the watch
 

@@ -360,7 +360,8 @@ async def serve(settings: ServerSettings, *, stop: asyncio.Event | None = None) 
                                                           prefix=settings.etcd_prefix))
         revision, objects = await EtcdCache.load(etcd)
         store = CacheStore(backend=Preloaded(revision=revision, objects=objects))
-        cache = EtcdCache(etcd=etcd, store=store, revision=revision)
+        cache = EtcdCache(etcd=etcd, store=store, revision=revision,
+                          compaction_interval=settings.etcd_compaction_interval)
         log.info("etcd storage", endpoints=",".join(settings.etcd_endpoints), revision=revision, objects=len(objects))
     core = assemble(settings, store=store, etcd=cache)
     if cache is not None:

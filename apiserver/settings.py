@@ -25,6 +25,9 @@ class ServerSettings:
     """`--etcd-endpoints`: etcd's client URLs (http://host:port), for `--storage etcd`."""
     etcd_prefix: str = "/registry"
     """`--etcd-prefix`: where the objects are kept in etcd (kube-apiserver's default)."""
+    etcd_compaction_interval: float = 300.0
+    """`--etcd-compaction-interval` (seconds; 0 disables): compact etcd to the revision of one interval
+    before, as kube-apiserver does every 5 minutes."""
     fsync: bool = True
     """Acknowledge a write only after an fdatasync of the log covers it (group commit: one
     fdatasync per batch); survives machine crashes, not only process kills. `--no-fsync`: the

@@ -171,3 +171,27 @@ async def test_two_apiservers_over_one_etcd(start_apiserver: StartApiServer, etc
     await asyncio.gather(*(patch(a if i % 2 else b, f"p{i}") for i in range(20)))
     final = await a.ok("GET", f"{CM}/shared")
     assert sorted(final["data"]) == sorted(f"p{i}" for i in range(20))
+
+
+async def test_revisions_older_than_the_cache_after_a_compaction_are_gone(
+        start_apiserver: StartApiServer, etcd: str, prefix: str, direct: EtcdStore,
+        session: aiohttp.ClientSession) -> None:
+    first = await start(start_apiserver, etcd, prefix)
+    rest = Rest(session, first)
+    rv1 = int((await rest.ok("POST", CM, cm("old")))["metadata"]["resourceVersion"])
+    got = await rest.ok("GET", f"{CM}/old")
+    rv2 = int((await rest.ok("PUT", f"{CM}/old", {**got, "data": {"a": "2"}}))["metadata"]["resourceVersion"])
+    await direct.compact(revision=rv2)
+    await first.stop()
+
+    # A new apiserver's cache starts at etcd's revision now: a watch or an exact list from before is
+    # 410 (a watch: as kube-apiserver, a 200 stream whose one event is an ERROR carrying the 410).
+    rest = Rest(session, await start(start_apiserver, etcd, prefix))
+    (event,) = await rest.watch_lines(CM, params={"resourceVersion": str(rv1)}, until=1)
+    assert event["type"] == "ERROR"
+    assert (event["object"]["code"], event["object"]["reason"]) == (410, "Expired"), event
+    assert event["object"]["message"].startswith(f"too old resource version: {rv1} (")
+    status, doc = await rest.call("GET", CM, params={"resourceVersion": str(rv1), "resourceVersionMatch": "Exact"})
+    assert status == 410 and doc["reason"] == "Expired", doc
+    # The current state is whole.
+    assert (await rest.ok("GET", f"{CM}/old"))["metadata"]["resourceVersion"] == str(rv2)
