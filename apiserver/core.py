@@ -14,6 +14,10 @@ before the write returns to its caller:
 3. the RBAC authorizer's invalidation (a write to a Role, ClusterRole or binding);
 4. chaos, when installed: its write-triggered faults and the samples behind stale reads.
 
+With `--storage etcd` the store publishes the changes its etcd watch applies, not its own writes
+(`kubemesh.apiserver.etcdcache`), and the CRD lifecycle (`Establishing.applied`) follows the
+RBAC authorizer, before chaos.
+
 So a history record and a trigger always see a write that watchers were already offered, and
 the write's response can reuse the bytes its watch event was encoded into
 (`WatchHub.event_at`).
@@ -192,6 +196,8 @@ def assemble(settings: ServerSettings, *, store: Store | None = None, etcd: Etcd
     # CRDs are served from the write path; stored ones are served again before any request.
     establishing = Establishing(registry=registry, kinds=kinds, hub=hub)
     registry.hooks.append(establishing)
+    if etcd is not None:  # the CRD lifecycle once a change is committed (Establishing.applied)
+        store.subscribe(establishing.applied)
     steps.append(("serving stored CRDs", establishing.restore))
     # cluster IPs, node ports, default/kubernetes
     steps.append(("kubernetes service", lambda: ServiceIPs.install(registry=registry, settings=settings)))

@@ -1,8 +1,7 @@
 """Objects in etcd v3 with Kubernetes' etcd3 storage semantics: the building block of `--storage etcd`.
 
-Not wired into the apiserver yet (docs/design.md, "etcd storage layer"): the registry still
-writes through `storage.Store`. This module is the layer that integration stands on, talking to
-etcd over gRPC with the stubs `aetcd` ships (grpc.aio; chosen over etcd's JSON gateway by
+`kubemesh.apiserver.etcdcache` puts the apiserver on it (docs/design.md, "etcd storage layer").
+This module talks to etcd over gRPC with the stubs `aetcd` ships (grpc.aio; chosen over etcd's JSON gateway by
 `benchmarks/etcd_clients.py`: less client CPU per write, several times the throughput).
 
 Semantics (those of k8s.io/apiserver's etcd3 store, written anew here):

@@ -62,7 +62,7 @@ from kubemesh.apiserver.storage import Staged, Store, StoreWriteError
 from kubemesh.apiserver.watching import WatchHub
 from kubemesh.services.machinery.certs import server_context
 from kubemesh.services.machinery.clock import component_rng
-from kubemesh.services.model.kinds import Obj
+from kubemesh.services.model.kinds import Obj, key_of
 from kubemesh.services.process.gctuning import SurvivorFreezer
 from kubemesh.services.process.runs import this_run
 
@@ -276,17 +276,26 @@ async def _committed(handler: Any, request: web.Request, *, etcd: EtcdCache, api
         try:
             await etcd.commit(stage)
         except Retry as exc:
-            lost = exc
-            await etcd.store.wait_applied(exc.revision)
-            request.pop(WRITTEN, None)
-            continue
+            if exc.staged is stage[0]:  # nothing committed: run the request again on the newer state
+                lost = exc
+                await etcd.store.wait_applied(exc.revision)
+                request.pop(WRITTEN, None)
+                continue
+            # The request's first write is committed; a later one (a hook's: an APIService, an
+            # allocation) lost to another writer of its key. Not run again, which would repeat
+            # the first: answered from what was committed (docs/design.md, limits).
+            log.warning("a secondary write of a request lost a race and was not committed",
+                        resource=exc.staged.kind.resource, key=exc.staged.key, changed_at=exc.revision)
         except StorageError as exc:
             raise errors.storage_failure(str(exc)) from exc
         written = request.get(WRITTEN)
         if written is None:
             return resp
+        resource, key = written.kind.resource, key_of(written.obj)
         for s in stage:
-            if s.obj is written.obj or s.final is written.obj:
+            # The staged write of the object answered (a later write of the same key in the request
+            # replaced the first in the stage: matched by key).
+            if s.revision and s.kind.resource == resource and s.key == key:
                 return api.render_written(request, written.kind, _committed_object(hub, s), status=written.status,
                                           warnings=written.warnings)
         return resp

@@ -195,3 +195,32 @@ async def test_revisions_older_than_the_cache_after_a_compaction_are_gone(
     assert status == 410 and doc["reason"] == "Expired", doc
     # The current state is whole.
     assert (await rest.ok("GET", f"{CM}/old"))["metadata"]["resourceVersion"] == str(rv2)
+
+
+async def test_a_crd_created_through_one_apiserver_is_served_by_the_other(
+        start_apiserver: StartApiServer, etcd: str, prefix: str, session: aiohttp.ClientSession) -> None:
+    a = Rest(session, await start(start_apiserver, etcd, prefix))
+    b = Rest(session, await start(start_apiserver, etcd, prefix))
+    schema = {"type": "object", "properties": {"spec": {"type": "object",
+                                                        "properties": {"size": {"type": "integer"}}}}}
+    await a.ok("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+                 "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
+                 "versions": [{"name": "v1", "served": True, "storage": True,
+                               "schema": {"openAPIV3Schema": schema}}]}})
+    gadgets = "/apis/example.com/v1/namespaces/default/gadgets"
+    for _ in range(100):  # B serves it once its watch cache has applied the CRD
+        if await b.status_of("GET", gadgets) == 200:
+            break
+        await asyncio.sleep(0.05)
+    created = await b.ok("POST", gadgets, {"apiVersion": "example.com/v1", "kind": "Gadget",
+                                           "metadata": {"name": "g1"}, "spec": {"size": 3}})
+    for _ in range(100):
+        status, got = await a.call("GET", f"{gadgets}/g1")
+        if status == 200:
+            break
+        await asyncio.sleep(0.05)
+    assert got["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+    assert got["spec"] == {"size": 3}
