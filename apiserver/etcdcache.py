@@ -226,10 +226,22 @@ class EtcdCache:
                 current = exc.current
                 # A key gone since: its deletion is at or below etcd's current revision.
                 revision = current.mod_revision if current is not None else await self.etcd.current_revision()
-                await self.store.wait_applied(last)
+                await self.applied(last)
                 raise Retry(staged=s, revision=revision) from exc
             last = s.revision
-        await self.store.wait_applied(last)
+        await self.applied(last)
+
+    async def applied(self, revision: int) -> None:
+        """Wait until the cache has applied `revision`; `Unavailable` when it has not within etcd's timeout.
+
+        (A watch that stopped, or lags that far, must fail the request rather than hold it.)
+        """
+        try:
+            await asyncio.wait_for(self.store.wait_applied(revision), self.etcd.settings.timeout)
+        except TimeoutError:
+            why = f" (the watch stopped: {self.failed})" if self.failed is not None else ""
+            raise Unavailable(f"the watch cache has not applied revision {revision} after "
+                              f"{self.etcd.settings.timeout:g} s{why}") from None
 
     async def drain(self) -> None:
         """Return once every write queued outside a request has been committed (or dropped) and applied."""

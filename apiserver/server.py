@@ -278,7 +278,10 @@ async def _committed(handler: Any, request: web.Request, *, etcd: EtcdCache, api
         except Retry as exc:
             if exc.staged is stage[0]:  # nothing committed: run the request again on the newer state
                 lost = exc
-                await etcd.store.wait_applied(exc.revision)
+                try:
+                    await etcd.applied(exc.revision)
+                except StorageError as failed:
+                    raise errors.storage_failure(str(failed)) from failed
                 request.pop(WRITTEN, None)
                 continue
             # The request's first write is committed; a later one (a hook's: an APIService, an
