@@ -24,8 +24,9 @@ How the parts meet (kube-apiserver's cacher and GuaranteedUpdate, written anew h
 Limits (docs/design.md, "etcd storage layer"): the staged writes of one request are committed one
 transaction each, in order, not as one atomic transaction; a write queued outside a request that
 loses a race is dropped with a warning (nothing can re-run it); registry hooks (service IP
-allocation, CRD establishing) run when a write is staged on this apiserver, not when another
-apiserver's write arrives through the watch; a compacted watch stops the cache (no relist yet).
+allocation) run when a write is staged on this apiserver, not when another apiserver's write
+arrives through the watch (the CRD lifecycle also follows committed changes:
+`Establishing.applied`). A watch compacted past (the cache fell behind) relists.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from kubemesh.apiserver.etcdstore import (
     encode_object,
 )
 from kubemesh.apiserver.storage import Staged, Store
-from kubemesh.services.model.kinds import Kind, KindTable, Obj
+from kubemesh.services.model.kinds import Kind, KindTable, Obj, key_of
 
 log = structlog.get_logger("apiserver.etcdcache")
 
@@ -141,8 +142,6 @@ class EtcdCache:
         self._idle.set()
         self._tasks: list[asyncio.Task[None]] = []
         self._prefix = etcd.prefix.rstrip("/") + "/"
-        self.failed: BaseException | None = None
-        """Why the watch stopped for good (the cache no longer follows etcd)."""
         store.stager = self.stage
         if isinstance(store, CacheStore):
             store.pending = self._pending
@@ -239,9 +238,8 @@ class EtcdCache:
         try:
             await asyncio.wait_for(self.store.wait_applied(revision), self.etcd.settings.timeout)
         except TimeoutError:
-            why = f" (the watch stopped: {self.failed})" if self.failed is not None else ""
             raise Unavailable(f"the watch cache has not applied revision {revision} after "
-                              f"{self.etcd.settings.timeout:g} s{why}") from None
+                              f"{self.etcd.settings.timeout:g} s") from None
 
     async def drain(self) -> None:
         """Return once every write queued outside a request has been committed (or dropped) and applied."""
@@ -310,13 +308,45 @@ class EtcdCache:
                 log.warning("etcd watch lost; resuming", resume=watch.resume_revision, error=str(exc))
                 await asyncio.sleep(0.5)
             except Compacted as exc:
-                # kube-apiserver's cacher relists here; this cache does not yet: it stops following.
-                self.failed = exc
-                log.error("etcd watch compacted past the cache: it no longer follows etcd", error=str(exc))
-                return
+                # The cache fell behind a compaction: the changes it missed are gone from etcd's
+                # history. List again and go on from the list's revision.
+                log.warning("etcd watch compacted past the cache: relisting", error=str(exc))
+                await watch.close()
+                try:
+                    start = await self._relist() + 1
+                except StorageError as failed:
+                    log.warning("relisting failed; retried", error=str(failed))
+                    await asyncio.sleep(0.5)
+                continue
             finally:
                 await watch.close()
             start = watch.resume_revision or start
+
+    async def _relist(self) -> int:
+        """Bring the cache to etcd's current state by a list at one revision; that revision.
+
+        What changed is applied and published as events, so watchers of this apiserver see every
+        difference: the objects created or modified since (at their mod_revision, in order), then
+        those gone (at the list's revision). Intermediate states the compaction took are not seen,
+        as with any relist.
+        """
+        revision, objects = await self.load(self.etcd)
+        assert self._kinds is not None
+        fresh = {(resource, key_of(obj)): obj for resource, obj in objects}
+        changed = [(int(obj["metadata"]["resourceVersion"]), resource, key, obj)
+                   for (resource, key), obj in fresh.items()
+                   if (old := self.store.at(resource, key)) is None
+                   or old["metadata"].get("resourceVersion") != obj["metadata"]["resourceVersion"]]
+        gone = [(resource, key_of(obj)) for resource, obj in list(self.store.entries())
+                if (resource, key_of(obj)) not in fresh]
+        for rv, resource, key, obj in sorted(changed, key=lambda c: c[0]):
+            self.store.apply(kind=self._kinds.by_resource(resource), resource=resource, key=key, obj=obj, rv=rv)
+        for resource, key in gone:
+            self.store.apply(kind=self._kinds.by_resource(resource), resource=resource, key=key, obj=None,
+                             rv=revision)
+        self.store.advance(revision)
+        log.info("relisted from etcd", revision=revision, changed=len(changed), gone=len(gone))
+        return revision
 
     def _key(self, s: Staged) -> bytes:
         return f"{self._prefix}{s.kind.resource}/{s.key}".encode()

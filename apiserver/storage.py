@@ -1001,6 +1001,14 @@ class Store:
                 self._publish(kind, "ADDED" if prev is None else "MODIFIED", obj, prev, rv)
         self.advance(rv)
 
+    def entries(self) -> Iterator[tuple[str, Obj]]:
+        """Every stored object as (resource, object) (etcd mode: what a relist compares with)."""
+        return self._all()
+
+    def at(self, resource: str, key: str) -> Obj | None:
+        """The object at `key` of a resource given by name (etcd mode: the kind may not be served)."""
+        return self._objects[resource].get(key)
+
     def advance(self, rv: int) -> None:
         """Every change up to `rv` has been applied (a progress notification): wake who waits for it."""
         self.revision = max(self.revision, rv)

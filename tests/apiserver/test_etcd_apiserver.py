@@ -16,7 +16,9 @@ import pytest
 from etcdkit import running_etcd
 from restkit import Rest
 
+from kubemesh.apiserver.etcdcache import CacheStore, EtcdCache, Preloaded
 from kubemesh.apiserver.etcdstore import EtcdSettings, EtcdStore, decode_object, encode_object, object_key
+from kubemesh.services.model.kinds import CONFIGMAPS, KindTable, key_of
 
 if TYPE_CHECKING:
     from conftest import ApiServer, StartApiServer
@@ -224,3 +226,48 @@ async def test_a_crd_created_through_one_apiserver_is_served_by_the_other(
         await asyncio.sleep(0.05)
     assert got["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
     assert got["spec"] == {"size": 3}
+
+
+async def test_a_cache_whose_watch_was_compacted_relists(etcd: str, prefix: str, direct: EtcdStore) -> None:
+    """In process: a cache started from a revision etcd has compacted since lists again and publishes the difference."""
+    def key(name: str) -> bytes:
+        return object_key(resource="configmaps", namespace="default", name=name, prefix=prefix)
+
+    def value(name: str, **data: str) -> bytes:
+        obj = cm(name, **data)
+        obj["metadata"]["namespace"] = "default"
+        return encode_object(obj)
+
+    await direct.create(key=key("kept"), value=value("kept"))
+    rv_gone = await direct.create(key=key("gone"), value=value("gone"))
+    rv_changed = await direct.create(key=key("changed"), value=value("changed", v="1"))
+    async with await EtcdStore.open(settings=EtcdSettings(endpoints=(etcd,), prefix=prefix, timeout=5.0)) as mine:
+        revision, objects = await EtcdCache.load(mine)
+        store = CacheStore(backend=Preloaded(revision=revision, objects=objects))
+        seen: list[tuple[str, str, int]] = []
+        store.subscribe(lambda kind, event, obj, prev, rv: seen.append((event, key_of(obj), rv)))
+        cache = EtcdCache(etcd=mine, store=store, revision=revision, compaction_interval=0)
+        # While the cache does not follow yet: changes, then a compaction past all of them. A watch
+        # would deliver both updates of "changed"; the relist sees only the last state.
+        rv_changed = await direct.update(key=key("changed"), value=value("changed", v="1b"),
+                                         expected_mod_revision=rv_changed)
+        rv_changed = await direct.update(key=key("changed"), value=value("changed", v="2"),
+                                         expected_mod_revision=rv_changed)
+        rv_new = await direct.create(key=key("new"), value=value("new"))
+        rv_deleted, _ = await direct.delete(key=key("gone"), expected_mod_revision=rv_gone)
+        await direct.compact(revision=rv_deleted)
+        cache.start(KindTable())
+        try:
+            await asyncio.wait_for(store.wait_applied(rv_deleted), 10)
+            assert seen == [("MODIFIED", "default/changed", rv_changed), ("ADDED", "default/new", rv_new),
+                            ("DELETED", "default/gone", rv_deleted)]
+            assert sorted(key_of(o) for o in store.items(CONFIGMAPS)) == ["default/changed", "default/kept",
+                                                                          "default/new"]
+            changed = store.get(CONFIGMAPS, "default/changed")
+            assert changed is not None and changed["data"] == {"v": "2"}
+            # And it follows from there on.
+            rv_after = await direct.create(key=key("after"), value=value("after"))
+            await asyncio.wait_for(store.wait_applied(rv_after), 10)
+            assert store.get(CONFIGMAPS, "default/after") is not None
+        finally:
+            await cache.close()
