@@ -15,8 +15,8 @@ before the write returns to its caller:
 4. chaos, when installed: its write-triggered faults and the samples behind stale reads.
 
 With `--storage etcd` the store publishes the changes its etcd watch applies, not its own writes
-(`kubemesh.apiserver.etcdcache`), and the CRD lifecycle (`Establishing.applied`) follows the
-RBAC authorizer, before chaos.
+(`kubemesh.apiserver.etcdcache`), and the CRD lifecycle (`Establishing.applied`) and the
+Services' allocations (`ServiceIPs.applied`) follow the RBAC authorizer, before chaos.
 
 So a history record and a trigger always see a write that watchers were already offered, and
 the write's response can reuse the bytes its watch event was encoded into
@@ -200,7 +200,11 @@ def assemble(settings: ServerSettings, *, store: Store | None = None, etcd: Etcd
         store.subscribe(establishing.applied)
     steps.append(("serving stored CRDs", establishing.restore))
     # cluster IPs, node ports, default/kubernetes
-    steps.append(("kubernetes service", lambda: ServiceIPs.install(registry=registry, settings=settings)))
+    if etcd is None:
+        steps.append(("kubernetes service", lambda: ServiceIPs.install(registry=registry, settings=settings)))
+    else:  # allocations also follow committed Services (ServiceIPs.applied)
+        steps.append(("kubernetes service",
+                      lambda: store.subscribe(ServiceIPs.install(registry=registry, settings=settings).applied)))
     # an APIService per served group version
     steps.append(("APIServices", lambda: LocalApiServices.install(registry=registry, kinds=kinds)))
     components = ComponentRegistry(clock=clock)

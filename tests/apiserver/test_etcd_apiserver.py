@@ -271,3 +271,25 @@ async def test_a_cache_whose_watch_was_compacted_relists(etcd: str, prefix: str,
             assert store.get(CONFIGMAPS, "default/after") is not None
         finally:
             await cache.close()
+
+
+async def test_a_cluster_ip_taken_through_one_apiserver_is_taken_for_the_other(
+        start_apiserver: StartApiServer, etcd: str, prefix: str, session: aiohttp.ClientSession) -> None:
+    a = Rest(session, await start(start_apiserver, etcd, prefix))
+    b = Rest(session, await start(start_apiserver, etcd, prefix))
+    services = "/api/v1/namespaces/default/services"
+
+    def svc(name: str, ip: str | None = None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"ports": [{"port": 80}]}
+        if ip is not None:
+            spec["clusterIP"] = ip
+        return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec}
+
+    ip = (await a.ok("POST", services, svc("first")))["spec"]["clusterIP"]
+    for _ in range(100):  # B has applied it once it serves it
+        if await b.status_of("GET", f"{services}/first") == 200:
+            break
+        await asyncio.sleep(0.05)
+    status, doc = await b.call("POST", services, svc("second", ip))
+    assert status == 422, doc
+    assert "already allocated" in doc["message"], doc
