@@ -137,7 +137,6 @@ class EtcdCache:
         self._kinds: KindTable | None = None
         self._queue: list[Staged] = []
         self._kick = asyncio.Event()
-        self._committing = False
         self._idle = asyncio.Event()
         self._idle.set()
         self._tasks: list[asyncio.Task[None]] = []
@@ -188,47 +187,58 @@ class EtcdCache:
     def stage(self, staged: Staged) -> None:
         """Take a write of `Store.write`/`remove`: into the current request's list, else the background queue.
 
-        A second write to a key already staged in the same list replaces the first and keeps its
-        expected revision (the registry wrote the key twice from one read of the cache).
+        A second write to a key already staged in the same list is committed after the first,
+        comparing with the revision the first got (`Staged.after`): both happen, in order, as
+        they would in memory mode (a client's write, then a hook's correction of it).
         """
         target = STAGE.get()
         if target is None:
             target = self._queue
             self._idle.clear()
             self._kick.set()
-        for i, prior in enumerate(target):
-            if target is self._queue and i == 0 and self._committing:
-                continue  # being committed: a second write must wait for it (and will meet a conflict)
+        for prior in reversed(target):
             if prior.key == staged.key and prior.kind.resource == staged.kind.resource:
-                staged.expected = prior.expected
-                target[i] = staged
-                return
+                staged.after = prior
+                break
         target.append(staged)
 
-    async def commit(self, staged: list[Staged]) -> None:
+    async def commit(self, staged: list[Staged]) -> list[Retry]:
         """Commit staged writes in order, each one transaction; return once the cache has applied them all.
 
-        `Retry` when a compare fails (the writes before it stay committed); `StorageError` when etcd fails.
+        `Retry` when the first write's compare fails (nothing is committed then). A later write
+        whose compare fails (a hook's write racing another writer of its key, once the first is
+        committed) is skipped, the others still committed, and returned, for the caller to report.
+        `StorageError` when etcd fails.
         """
         last = 0
-        for s in staged:
+        lost: list[Retry] = []
+        for i, s in enumerate(staged):
             key = self._key(s)
+            expected = s.expected
+            if s.after is not None:  # after an earlier write of the key: compare with what it committed
+                if not s.after.revision:  # that one was skipped: so is this one
+                    lost.append(Retry(staged=s, revision=0))
+                    continue
+                expected = 0 if s.after.obj is None else s.after.revision
             try:
                 if s.obj is None:
-                    s.revision, _ = await self.etcd.delete(key=key, expected_mod_revision=s.expected)
-                elif s.expected == 0:
+                    s.revision, _ = await self.etcd.delete(key=key, expected_mod_revision=expected)
+                elif expected == 0:
                     s.revision = await self.etcd.create(key=key, value=encode_object(s.obj))
                 else:
                     s.revision = await self.etcd.update(key=key, value=encode_object(s.obj),
-                                                        expected_mod_revision=s.expected)
+                                                        expected_mod_revision=expected)
             except (Conflict, AlreadyExists) as exc:
                 current = exc.current
                 # A key gone since: its deletion is at or below etcd's current revision.
                 revision = current.mod_revision if current is not None else await self.etcd.current_revision()
-                await self.applied(last)
+                if i > 0:
+                    lost.append(Retry(staged=s, revision=revision))
+                    continue
                 raise Retry(staged=s, revision=revision) from exc
             last = s.revision
         await self.applied(last)
+        return lost
 
     async def applied(self, revision: int) -> None:
         """Wait until the cache has applied `revision`; `Unavailable` when it has not within etcd's timeout.
@@ -253,10 +263,11 @@ class EtcdCache:
                 # Committed from the head of the queue and taken off it only once applied: until
                 # then `CacheStore.get` still answers from it.
                 s = self._queue[0]
-                self._committing = True
                 try:
                     try:
-                        await self.commit([s])
+                        for miss in await self.commit([s]):  # after a write of its key that was dropped
+                            log.warning("a write made outside a request followed a dropped one and is dropped",
+                                        resource=miss.staged.kind.resource, key=miss.staged.key)
                     except Retry as exc:
                         log.warning("a write made outside a request lost a race and is dropped",
                                     resource=s.kind.resource, key=s.key, changed_at=exc.revision)
@@ -264,7 +275,6 @@ class EtcdCache:
                         log.error("a write made outside a request failed in etcd and is dropped",
                                   resource=s.kind.resource, key=s.key, error=str(exc))
                 finally:
-                    self._committing = False
                     self._queue.pop(0)
             self._idle.set()
 

@@ -274,33 +274,34 @@ async def _committed(handler: Any, request: web.Request, *, etcd: EtcdCache, api
         if not stage:
             return resp
         try:
-            await etcd.commit(stage)
-        except Retry as exc:
-            if exc.staged is stage[0]:  # nothing committed: run the request again on the newer state
-                lost = exc
-                try:
-                    await etcd.applied(exc.revision)
-                except StorageError as failed:
-                    raise errors.storage_failure(str(failed)) from failed
-                request.pop(WRITTEN, None)
-                continue
-            # The request's first write is committed; a later one (a hook's: an APIService, an
-            # allocation) lost to another writer of its key. Not run again, which would repeat
-            # the first: answered from what was committed (docs/design.md, limits).
-            log.warning("a secondary write of a request lost a race and was not committed",
-                        resource=exc.staged.kind.resource, key=exc.staged.key, changed_at=exc.revision)
+            skipped = await etcd.commit(stage)
+        except Retry as exc:  # the first write lost its compare, nothing is committed: run again
+            lost = exc
+            try:
+                await etcd.applied(exc.revision)
+            except StorageError as failed:
+                raise errors.storage_failure(str(failed)) from failed
+            request.pop(WRITTEN, None)
+            continue
         except StorageError as exc:
             raise errors.storage_failure(str(exc)) from exc
+        for miss in skipped:
+            # The request's first write is committed; a later one (a hook's: a CRD's status, an
+            # APIService, an allocation) lost to another writer of its key. Not run again, which
+            # would repeat the first: answered from what was committed (docs/design.md, limits).
+            log.warning("a later write of a request lost a race and was not committed",
+                        resource=miss.staged.kind.resource, key=miss.staged.key, changed_at=miss.revision)
         written = request.get(WRITTEN)
         if written is None:
             return resp
+        # The staged write of the object answered: that very object, else the last write of its key.
         resource, key = written.kind.resource, key_of(written.obj)
-        for s in stage:
-            # The staged write of the object answered (a later write of the same key in the request
-            # replaced the first in the stage: matched by key).
-            if s.revision and s.kind.resource == resource and s.key == key:
-                return api.render_written(request, written.kind, _committed_object(hub, s), status=written.status,
-                                          warnings=written.warnings)
+        answered = next((s for s in stage if s.obj is written.obj or s.final is written.obj), None)
+        if answered is None:
+            answered = next((s for s in reversed(stage) if s.kind.resource == resource and s.key == key), None)
+        if answered is not None and answered.revision:
+            return api.render_written(request, written.kind, _committed_object(hub, answered),
+                                      status=written.status, warnings=written.warnings)
         return resp
     assert lost is not None
     raise errors.conflict(lost.staged.kind, lost.staged.key.rpartition("/")[2])

@@ -87,6 +87,9 @@ class Staged:
     expected: int
     final: Obj | None = None
     revision: int = 0
+    after: Staged | None = None
+    """An earlier staged write of the same key in the same request (or queue): this one is committed
+    after it, comparing with the revision it got, not with `expected`."""
 
 
 Stager = Callable[[Staged], None]
@@ -945,14 +948,17 @@ class Store:
     def remove(self, kind: Kind, key: str) -> Obj | None:
         """Remove an object; the DELETED event carries its final state at the new revision."""
         resource = kind.resource
+        if self.stager is not None:  # etcd mode: staged; `final` keeps the removed object's revision
+            seen = self.get(kind, key)  # with this request's own staged writes (etcdcache.CacheStore)
+            if seen is None:
+                return None
+            staged_final = dict(seen)
+            staged_final["metadata"] = dict(seen["metadata"])
+            self.stager(Staged(kind=kind, key=key, obj=None, expected=_rv_of(seen), final=staged_final))
+            return staged_final
         prev = self._objects[resource].get(key)
         if prev is None:
             return None
-        if self.stager is not None:  # etcd mode: staged; `final` keeps the removed object's revision
-            staged_final = dict(prev)
-            staged_final["metadata"] = dict(prev["metadata"])
-            self.stager(Staged(kind=kind, key=key, obj=None, expected=_rv_of(prev), final=staged_final))
-            return staged_final
         rv = self.revision + 1
         final = dict(prev)
         final["metadata"] = {**prev["metadata"], "resourceVersion": str(rv)}
