@@ -15,6 +15,7 @@ from kubemesh.services.process import startup
 startup.prepare()  # before the heavy imports below (see kubemesh.services.process.startup)
 
 from kubemesh.apiserver.admission import DEFAULT_TOLERATION_SECONDS, TolerationDefaults  # noqa: E402
+from kubemesh.apiserver.etcdstore import StorageError  # noqa: E402
 from kubemesh.apiserver.server import ServerSettings, serve  # noqa: E402
 from kubemesh.apiserver.serviceips import DEFAULT_NODE_PORT_RANGE, DEFAULT_SERVICE_CIDR, IPRange, PortRange  # noqa: E402
 from kubemesh.apiserver.storage import LogBackend, StoreCorrupt, StoreWriteError  # noqa: E402
@@ -36,6 +37,15 @@ def _parse(argv: list[str] | None = None) -> tuple[ServerSettings, argparse.Name
                    help="acknowledge a write only once an fdatasync of the log covers it (group commit; survives a "
                         "machine crash); --no-fsync acknowledges after the write(2), which survives a process "
                         "kill only (default: --fsync)")
+    p.add_argument("--storage", choices=("memory", "etcd"), default="memory",
+                   help="memory (default: this process keeps the objects, durable with --data-dir) or etcd (objects "
+                        "in etcd at --etcd-endpoints, kept here as a watch cache)")
+    p.add_argument("--etcd-endpoints", default="",
+                   help="etcd client URLs, comma-separated (http://127.0.0.1:2379), for --storage etcd")
+    p.add_argument("--etcd-prefix", default="/registry", help="the key prefix in etcd (default /registry)")
+    p.add_argument("--etcd-compaction-interval", type=float, default=300.0,
+                   help="seconds between compactions of etcd, each to the revision of the one before; 0 disables "
+                        "(default 300, kube-apiserver's 5m)")
     p.add_argument("--repair", action="store_true",
                    help="before serving, truncate a damaged --data-dir at its first damage, keep the dropped bytes "
                         "beside it and report what was dropped (revisions continue above every dropped one)")
@@ -104,7 +114,16 @@ def _parse(argv: list[str] | None = None) -> tuple[ServerSettings, argparse.Name
         p.error(f"--advertise-address must be an IP address: {a.advertise_address!r}")
     if (a.repair or a.repair_only) and not a.data_dir:
         p.error("--repair needs --data-dir")
+    endpoints = tuple(e.strip() for e in a.etcd_endpoints.split(",") if e.strip())
+    if a.storage == "etcd" and not endpoints:
+        p.error("--storage etcd needs --etcd-endpoints")
+    if a.etcd_compaction_interval < 0:
+        p.error("--etcd-compaction-interval must not be negative")
+    if a.storage == "etcd" and a.data_dir:
+        p.error("--storage etcd keeps the objects in etcd: --data-dir does not go with it")
     return ServerSettings(host=a.host, port=a.port, data_dir=a.data_dir, fsync=a.fsync, token=token,
+                          storage=a.storage, etcd_endpoints=endpoints, etcd_prefix=a.etcd_prefix,
+                          etcd_compaction_interval=a.etcd_compaction_interval,
                           clock_rate=a.clock_rate, seed=a.seed, tls_cert=a.tls_cert_file,
                           tls_key=a.tls_private_key_file,
                           watch=WatchSettings(max_queue=a.watch_queue, window=a.watch_window,
@@ -156,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"apiserver: {exc}", file=sys.stderr)
             return 1
         except StoreWriteError as exc:  # a first start on a full disk: nothing to serve yet
+            print(f"apiserver: cannot start: {exc}", file=sys.stderr)
+            return 1
+        except StorageError as exc:  # --storage etcd: etcd unreachable at start-up
             print(f"apiserver: cannot start: {exc}", file=sys.stderr)
             return 1
     return 0

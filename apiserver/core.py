@@ -14,6 +14,10 @@ before the write returns to its caller:
 3. the RBAC authorizer's invalidation (a write to a Role, ClusterRole or binding);
 4. chaos, when installed: its write-triggered faults and the samples behind stale reads.
 
+With `--storage etcd` the store publishes the changes its etcd watch applies, not its own writes
+(`kubemesh.apiserver.etcdcache`), and the CRD lifecycle (`Establishing.applied`) and the
+Services' allocations (`ServiceIPs.applied`) follow the RBAC authorizer, before chaos.
+
 So a history record and a trigger always see a write that watchers were already offered, and
 the write's response can reuse the bytes its watch event was encoded into
 (`WatchHub.event_at`).
@@ -42,6 +46,7 @@ from kubemesh.apiserver.components import ComponentRegistry
 from kubemesh.apiserver.controlplane import ControlPlanePods
 from kubemesh.apiserver.discovery import GIT_VERSION, Discovery
 from kubemesh.apiserver.establishing import Establishing
+from kubemesh.apiserver.etcdcache import EtcdCache
 from kubemesh.apiserver.history import WRITER, History, Seen
 from kubemesh.apiserver.nodeauth import NodeAuthorizer, NodeRestriction
 from kubemesh.apiserver.openapi import OpenApi
@@ -128,6 +133,10 @@ class ApiserverCore:
     """Admission of the requests that carry no new object (a node deleting or evicting a pod)."""
     interceptors: list[Interceptor] = field(default_factory=list)
     """Request interceptors, outermost first (chaos adds its own)."""
+    etcd: EtcdCache | None = None
+    """`--storage etcd`: what feeds the store from etcd and commits its staged writes."""
+    start_steps: list[tuple[str, Callable[[], object]]] = field(default_factory=list)
+    """In etcd mode, the start-up steps that write, for `serve` to run and commit one by one (else empty)."""
 
 
 def load_clock(settings: ServerSettings) -> ClusterClock:
@@ -145,13 +154,21 @@ def load_clock(settings: ServerSettings) -> ClusterClock:
     return ClusterClock(rate=settings.clock_rate)
 
 
-def assemble(settings: ServerSettings) -> ApiserverCore:
-    """Build the parts in order and wire the store's publishers (see the module docstring)."""
+def assemble(settings: ServerSettings, *, store: Store | None = None, etcd: EtcdCache | None = None) -> ApiserverCore:
+    """Build the parts in order and wire the store's publishers (see the module docstring).
+
+    With `etcd` (`--storage etcd`; `store` is then the cache it feeds), the start-up steps that write
+    (RBAC defaults, the `kubernetes` Service, APIServices, cluster DNS) are not run here but left in
+    `ApiserverCore.start_steps`: their writes must be committed to etcd one step after the other
+    (`kubemesh.apiserver.server.serve`), as each step reads what the ones before wrote.
+    """
     clock = load_clock(settings)
     kinds = KindTable()
     discovery = Discovery(kinds, server_address=f"{settings.host}:{settings.port}")
-    backend: Backend = LogBackend(settings.data_dir, fsync=settings.fsync) if settings.data_dir else MemoryBackend()
-    store = Store(backend=backend)
+    if store is None:
+        backend: Backend = LogBackend(settings.data_dir, fsync=settings.fsync) if settings.data_dir \
+            else MemoryBackend()
+        store = Store(backend=backend)
     history = History(clock=clock, capacity=settings.history_capacity, deliveries=settings.history_deliveries)
 
     def table_row(kind: Kind, obj: Obj) -> Obj:
@@ -171,22 +188,36 @@ def assemble(settings: ServerSettings) -> ApiserverCore:
     restriction = NodeRestriction(store=store)
     if authorizer.enabled:
         registry.hooks.append(restriction)
-    rbacdefaults.install(registry=registry)
+    steps: list[tuple[str, Callable[[], object]]] = []
+    if etcd is None:
+        rbacdefaults.install(registry=registry)
+    else:
+        steps.append(("RBAC defaults", lambda: rbacdefaults.install(registry=registry)))
     # CRDs are served from the write path; stored ones are served again before any request.
     establishing = Establishing(registry=registry, kinds=kinds, hub=hub)
     registry.hooks.append(establishing)
-    _at_start("serving stored CRDs", establishing.restore)
+    if etcd is not None:  # the CRD lifecycle once a change is committed (Establishing.applied)
+        store.subscribe(establishing.applied)
+    steps.append(("serving stored CRDs", establishing.restore))
     # cluster IPs, node ports, default/kubernetes
-    _at_start("kubernetes service", lambda: ServiceIPs.install(registry=registry, settings=settings))
+    if etcd is None:
+        steps.append(("kubernetes service", lambda: ServiceIPs.install(registry=registry, settings=settings)))
+    else:  # allocations also follow committed Services (ServiceIPs.applied)
+        steps.append(("kubernetes service",
+                      lambda: store.subscribe(ServiceIPs.install(registry=registry, settings=settings).applied)))
     # an APIService per served group version
-    _at_start("APIServices", lambda: LocalApiServices.install(registry=registry, kinds=kinds))
+    steps.append(("APIServices", lambda: LocalApiServices.install(registry=registry, kinds=kinds)))
     components = ComponentRegistry(clock=clock)
     if settings.system_pods:  # kube-system as kubeadm leaves it
         # The control plane's mirror pods follow the components' runs; cluster DNS is created once.
         components.listeners.append(ControlPlanePods(
             registry=registry, address=settings.advertise_address or settings.host, version=GIT_VERSION))
-        _at_start("cluster DNS",
-                  lambda: install_cluster_dns(registry=registry, service_cidr=settings.service_cluster_ip_range))
+        steps.append(("cluster DNS",
+                      lambda: install_cluster_dns(registry=registry, service_cidr=settings.service_cluster_ip_range)))
+    if etcd is None:
+        for step, run in steps:
+            _at_start(step, run)
+        steps = []
     return ApiserverCore(settings=settings, clock=clock, kinds=kinds, targets=Targets(kinds), discovery=discovery,
                          openapi=OpenApi(discovery), store=store, hub=hub, history=history, registry=registry,
                          components=components, metrics=Metrics.create(),
@@ -198,7 +229,8 @@ def assemble(settings: ServerSettings) -> ApiserverCore:
                                                      anonymous=settings.anonymous_auth,
                                                      controller_account=rbacdefaults.controller_account),
                          authorizer=authorizer,
-                         request_checks=[restriction.admit_request] if authorizer.enabled else [])
+                         request_checks=[restriction.admit_request] if authorizer.enabled else [],
+                         etcd=etcd, start_steps=steps)
 
 
 def _at_start(step: str, run: Callable[[], object]) -> None:

@@ -39,6 +39,7 @@ from kubemesh.apiserver.customresources.definitions import (
     terminating,
 )
 from kubemesh.apiserver.registry import DeleteOptions, Registry, WriteOptions
+from kubemesh.apiserver.storage import EventType
 from kubemesh.apiserver.watching import WatchHub
 from kubemesh.services.machinery.clock import format_time
 from kubemesh.services.model.kinds import CUSTOMRESOURCEDEFINITIONS, Kind, KindTable, Obj
@@ -101,6 +102,25 @@ class Establishing:
             crd = self.registry.store.get(CRDS, kind.custom.definition)
             if crd is not None and terminating(crd):
                 self.reconcile(kind.custom.definition)
+
+    def applied(self, kind: Kind, event: EventType, obj: Obj, prev: Obj | None, rv: int) -> None:
+        """`--storage etcd`: a change the watch cache applied, this apiserver's or another's (a store publisher).
+
+        There the hooks above run when a write is staged, before it is committed and visible; this
+        reconciles again once it is (a CRD created through another apiserver is served here too,
+        and a terminating CRD's finalizer goes once its last object is gone). Its writes are made
+        outside a request: queued and committed in order (`kubemesh.apiserver.etcdcache`).
+        """
+        try:
+            if kind is CRDS:
+                self.reconcile(str(obj["metadata"]["name"]))
+            elif event == "DELETED" and kind.custom is not None:
+                crd = self.registry.store.get(CRDS, kind.custom.definition)
+                if crd is not None and terminating(crd):
+                    self.reconcile(kind.custom.definition)
+        except errors.StatusError as exc:  # called from the watch: a failure must not stop the cache
+            _log.warning("reconciling a CRD after a committed change failed", resource=kind.resource,
+                         error=str(exc))
 
     # -- reconciling ---------------------------------------------------------------------------
 

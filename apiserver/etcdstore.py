@@ -1,8 +1,7 @@
 """Objects in etcd v3 with Kubernetes' etcd3 storage semantics: the building block of `--storage etcd`.
 
-Not wired into the apiserver yet (docs/design.md, "etcd storage layer"): the registry still
-writes through `storage.Store`. This module is the layer that integration stands on, talking to
-etcd over gRPC with the stubs `aetcd` ships (grpc.aio; chosen over etcd's JSON gateway by
+`kubemesh.apiserver.etcdcache` puts the apiserver on it (docs/design.md, "etcd storage layer").
+This module talks to etcd over gRPC with the stubs `aetcd` ships (grpc.aio; chosen over etcd's JSON gateway by
 `benchmarks/etcd_clients.py`: less client CPU per write, several times the throughput).
 
 Semantics (those of k8s.io/apiserver's etcd3 store, written anew here):
@@ -46,13 +45,33 @@ import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
-import grpc
 import orjson
-from aetcd import rpc
 
 from kubemesh.services.model.kinds import Obj
+
+if TYPE_CHECKING:
+    import grpc
+    from aetcd import rpc
+else:
+    grpc = None  # the modules behind `_load_grpc`, imported with the first client (see there)
+    rpc = None
+
+
+def _load_grpc() -> None:
+    """Import gRPC and etcd's stubs (the `etcd` extra) when the first `EtcdStore` is made.
+
+    The apiserver imports this module whatever its `--storage` (the errors, keys and settings),
+    but only `--storage etcd` needs gRPC: importing it at start-up would cost every memory-mode
+    start, and an install without the `etcd` extra could not start at all.
+    """
+    global grpc, rpc  # one lazy import for the module, at the first client
+    if rpc is None:
+        import grpc as grpc_module  # noqa: PLC0415 - deferred: see the docstring
+        from aetcd import rpc as rpc_module  # noqa: PLC0415
+
+        grpc, rpc = grpc_module, rpc_module
 
 DEFAULT_PREFIX: Final = "/registry"
 
@@ -293,6 +312,7 @@ class EtcdStore:
     """
 
     def __init__(self, *, settings: EtcdSettings) -> None:
+        _load_grpc()
         self.settings = settings
         self.prefix = settings.prefix
         self._channel = grpc.aio.insecure_channel(channel_target(settings.endpoints))

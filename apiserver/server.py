@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import signal
 from typing import Any, Final
 
@@ -35,6 +36,8 @@ from kubemesh.apiserver import chaos, errors, history_routes
 from kubemesh.apiserver.admitting import Admitting
 from kubemesh.apiserver.authn import impersonate
 from kubemesh.apiserver.core import ApiserverCore, Interceptor, assemble
+from kubemesh.apiserver.etcdcache import RETRIES, STAGE, CacheStore, EtcdCache, Preloaded, Retry
+from kubemesh.apiserver.etcdstore import EtcdSettings, EtcdStore, StorageError
 from kubemesh.apiserver.history import WRITER
 from kubemesh.apiserver.podstreams import PodStreams
 from kubemesh.apiserver.rbac import USER, Attributes, User
@@ -46,6 +49,7 @@ from kubemesh.apiserver.serving import (
     RESPONSE_RV,
     VERB,
     WHAT,
+    WRITTEN,
     Api,
     attributes_record,
     authorize,
@@ -54,9 +58,11 @@ from kubemesh.apiserver.serving import (
     render_status,
 )
 from kubemesh.apiserver.settings import ServerSettings
-from kubemesh.apiserver.storage import StoreWriteError
+from kubemesh.apiserver.storage import Staged, Store, StoreWriteError
+from kubemesh.apiserver.watching import WatchHub
 from kubemesh.services.machinery.certs import server_context
 from kubemesh.services.machinery.clock import component_rng
+from kubemesh.services.model.kinds import Obj, key_of
 from kubemesh.services.process.gctuning import SurvivorFreezer
 from kubemesh.services.process.runs import this_run
 
@@ -82,6 +88,7 @@ def build_app(core: ApiserverCore) -> web.Application:
     api.pod_streams.update(pod_streams.handlers())
     authenticator, authorizer = core.authenticator, core.authorizer
     interceptors = core.interceptors
+    etcd = core.etcd
     observe = core.metrics.requests.observe
 
     @web.middleware
@@ -106,8 +113,11 @@ def build_app(core: ApiserverCore) -> web.Application:
             who = identity(request)
             writer = WRITER.set(who)
             as_user = USER.set(user)
+            run = handler
+            if etcd is not None and request.method in _WRITE_METHODS:
+                run = functools.partial(_committed, handler, etcd=etcd, api=api, hub=hub)
             try:
-                resp = await _chain(request, who, handler, interceptors)
+                resp = await _chain(request, who, run, interceptors)
             finally:
                 WRITER.reset(writer)
                 USER.reset(as_user)
@@ -202,6 +212,8 @@ def build_app(core: ApiserverCore) -> web.Application:
         await webhooks.close()
         await pod_streams.close()
         store.close()
+        if etcd is not None:
+            await etcd.close()
 
     # The chaos front door: faults enforced here (requests, watch streams, stale reads) and
     # forwarded to kubelets and components' admin endpoints (kubemesh.apiserver.chaos).
@@ -236,6 +248,73 @@ def _resource_path(request: web.Request) -> bool:
 
 
 _WRITE_VERBS: Final = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+_WRITE_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+async def _committed(handler: Any, request: web.Request, *, etcd: EtcdCache, api: Api,
+                     hub: WatchHub) -> web.StreamResponse:
+    """`--storage etcd`: run a write handler with its store writes staged, commit them, answer from etcd's state.
+
+    The handler runs against the watch cache as in memory mode, but its writes are staged
+    (`etcdcache.STAGE`); they are committed to etcd, and the answer waits until the watch cache
+    has applied them and is rendered again from the committed object (its resourceVersion is
+    etcd's revision). When a commit loses its compare (another writer changed the key since the
+    cache showed it), the request runs again once the cache has applied that change, at most
+    `RETRIES` times (kube's GuaranteedUpdate): a stale resourceVersion sent by the client then
+    fails in the registry with the usual 409.
+    """
+    lost: Retry | None = None
+    for _ in range(RETRIES):
+        stage: list[Staged] = []
+        token = STAGE.set(stage)
+        try:
+            resp: web.StreamResponse = await handler(request)
+        finally:
+            STAGE.reset(token)
+        if not stage:
+            return resp
+        try:
+            skipped = await etcd.commit(stage)
+        except Retry as exc:  # the first write lost its compare, nothing is committed: run again
+            lost = exc
+            try:
+                await etcd.applied(exc.revision)
+            except StorageError as failed:
+                raise errors.storage_failure(str(failed)) from failed
+            request.pop(WRITTEN, None)
+            continue
+        except StorageError as exc:
+            raise errors.storage_failure(str(exc)) from exc
+        for miss in skipped:
+            # The request's first write is committed; a later one (a hook's: a CRD's status, an
+            # APIService, an allocation) lost to another writer of its key. Not run again, which
+            # would repeat the first: answered from what was committed (docs/design.md, limits).
+            log.warning("a later write of a request lost a race and was not committed",
+                        resource=miss.staged.kind.resource, key=miss.staged.key, changed_at=miss.revision)
+        written = request.get(WRITTEN)
+        if written is None:
+            return resp
+        # The staged write of the object answered: that very object, else the last write of its key.
+        resource, key = written.kind.resource, key_of(written.obj)
+        answered = next((s for s in stage if s.obj is written.obj or s.final is written.obj), None)
+        if answered is None:
+            answered = next((s for s in reversed(stage) if s.kind.resource == resource and s.key == key), None)
+        if answered is not None and answered.revision:
+            return api.render_written(request, written.kind, _committed_object(hub, answered),
+                                      status=written.status, warnings=written.warnings)
+        return resp
+    assert lost is not None
+    raise errors.conflict(lost.staged.kind, lost.staged.key.rpartition("/")[2])
+
+
+def _committed_object(hub: WatchHub, s: Staged) -> Obj:
+    """The object a committed write stored, as the watch cache has it (its event's, when still the newest)."""
+    event = hub.event_at(s.kind, s.revision)
+    if event is not None:
+        return event.obj
+    obj = s.obj if s.obj is not None else s.final
+    assert obj is not None
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(s.revision)}}
 
 
 async def _send_committed(request: web.Request, resp: web.StreamResponse, *, lost: Counter, verb: str) -> None:
@@ -285,7 +364,25 @@ def _verb(request: web.Request) -> str:
 
 async def serve(settings: ServerSettings, *, stop: asyncio.Event | None = None) -> None:
     """Run the apiserver until `stop` is set (or SIGTERM/SIGINT when run as a process)."""
-    core = assemble(settings)
+    cache: EtcdCache | None = None
+    store: Store | None = None
+    if settings.storage == "etcd":
+        # Everything at one revision into the cache, then the watch from the next one on
+        # (kubemesh.apiserver.etcdcache).
+        etcd = await EtcdStore.open(settings=EtcdSettings(endpoints=settings.etcd_endpoints,
+                                                          prefix=settings.etcd_prefix))
+        revision, objects = await EtcdCache.load(etcd)
+        store = CacheStore(backend=Preloaded(revision=revision, objects=objects))
+        cache = EtcdCache(etcd=etcd, store=store, revision=revision,
+                          compaction_interval=settings.etcd_compaction_interval)
+        log.info("etcd storage", endpoints=",".join(settings.etcd_endpoints), revision=revision, objects=len(objects))
+    core = assemble(settings, store=store, etcd=cache)
+    if cache is not None:
+        cache.start(core.kinds)
+        for step, run_step in core.start_steps:  # each step reads what the steps before committed
+            run_step()
+            await cache.drain()
+            log.debug("start-up step committed", step=step)
     app = build_app(core)
     # The apiserver's own mirror pod: it registers with no one, so it tells its registry itself.
     run = this_run()
@@ -294,6 +391,8 @@ async def serve(settings: ServerSettings, *, stop: asyncio.Event | None = None) 
                                         boot=run.boot, last_exit_code=run.last_exit_code)
     except StoreWriteError as exc:  # a full disk: serve what is stored all the same
         log.error("a start-up write failed; serving what is stored", step="apiserver mirror pod", error=str(exc))
+    if cache is not None:
+        await cache.drain()
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     ssl_context = server_context(settings.tls_cert, settings.tls_key) \

@@ -67,6 +67,7 @@ from kubemesh.apiserver.fielderrors import Cause
 from kubemesh.apiserver.history import WRITER
 from kubemesh.apiserver.registry import Registry, WriteOptions
 from kubemesh.apiserver.settings import ServerSettings
+from kubemesh.apiserver.storage import EventType
 from kubemesh.services.model.kinds import ENDPOINTS, ENDPOINTSLICES, SERVICES, Kind, Obj, key_of, rv_of
 
 _log = structlog.get_logger("apiserver.serviceips")
@@ -499,6 +500,26 @@ class ServiceIPs:
             self._release(key_of(obj), obj)
         if kind in (SERVICES, ENDPOINTS, ENDPOINTSLICES) and key_of(obj) == KUBERNETES_KEY and not self._reconciling:
             self.reconcile_kubernetes()
+
+    def applied(self, kind: Kind, event: EventType, obj: Obj, prev: Obj | None, rv: int) -> None:
+        """`--storage etcd`: follow the allocations of committed Services, another apiserver's too (a store publisher).
+
+        The hooks above record a Service's values when this apiserver stages its write; this
+        records them once a write is committed, wherever it was made, so that this apiserver does
+        not hand out a value another one has given. Two apiservers allocating at the same moment
+        can still both pick one value: upstream's allocator keeps a bitmap in etcd, written with a
+        compare, which this does not (docs/design.md, "etcd storage layer").
+        """
+        if kind is not SERVICES:
+            return
+        key = key_of(obj)
+        if event == "DELETED":
+            if prev is not None:
+                self._release(key, prev)
+            return
+        if prev is not None:
+            self._release(key, prev, keep=obj)
+        self._claim(key, obj)
 
     # -- the allocation's state ----------------------------------------------------------------
 

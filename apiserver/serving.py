@@ -78,6 +78,21 @@ RESOURCE: Final = web.RequestKey("kubemesh_resource", str)
 """The resource (plural) a request on a resource path names, once resolved (the metrics read it)."""
 LOSE_RESPONSE: Final = web.RequestKey("kubemesh_lose_response", str)
 """Set by the chaos fault `request.commitThenFail` with `lose: true` (its name): sending the answer fails."""
+RAW_BODY: Final = web.RequestKey("kubemesh_raw_body", bytes)
+"""The request body once read: a request run again after an etcd conflict (`server`) reads it again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What `render_written` rendered: in etcd mode the answer is rendered again from the committed object."""
+
+    kind: Kind
+    obj: Obj
+    status: int
+    warnings: list[str] | None
+
+
+WRITTEN: Final = web.RequestKey("kubemesh_written", Written)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,8 +226,11 @@ async def read_body(request: web.Request) -> tuple[Any, str]:
 async def read_raw(request: web.Request) -> tuple[bytes, str]:
     """The request body's bytes (at most MAX_BODY, else 413) and its media type."""
     payload = request.content
+    cached = request.get(RAW_BODY)
     try:
-        if payload.is_eof() and payload.exception() is None:
+        if cached is not None:
+            raw = cached
+        elif payload.is_eof() and payload.exception() is None:
             # The whole body has arrived (a small body always has, by the time the handler runs):
             # take it as it is buffered, without `read()`'s loop of awaits and its copies.
             raw = payload.read_nowait()
@@ -223,6 +241,7 @@ async def read_raw(request: web.Request) -> tuple[bytes, str]:
     except web.RequestPayloadError as exc:
         # A body cut short, or (where aiohttp decodes) a Content-Encoding the bytes do not match.
         raise errors.bad_request(f"the request body could not be read: {_cause_text(exc)}") from exc
+    request[RAW_BODY] = raw
     coding = request.headers.get("Content-Encoding")
     if coding:  # the application leaves bodies encoded (`server.build_app`: auto_decompress off)
         raw = decode_content(raw, coding)
@@ -959,6 +978,7 @@ class Api:
         A no-op update, a dry run or a delete that only marked the object returns another dict
         (no event carries it) and is encoded on its own.
         """
+        request[WRITTEN] = Written(kind, obj, status, warnings)
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         event = self.hub.event_at(kind, int(rv)) if rv.isdigit() else None
         if event is None or event.obj is not obj:

@@ -17,6 +17,17 @@ class ServerSettings:
     port: int = 6443
     data_dir: str | None = None
     """Directory for the append-only log and snapshots; None keeps state in memory only."""
+    storage: str = "memory"
+    """`--storage`: `memory` (the store of this process, durable with `data_dir`) or `etcd` (objects in
+    etcd at `etcd_endpoints`, the store in memory the watch cache in front of it:
+    `kubemesh.apiserver.etcdcache`)."""
+    etcd_endpoints: tuple[str, ...] = ()
+    """`--etcd-endpoints`: etcd's client URLs (http://host:port), for `--storage etcd`."""
+    etcd_prefix: str = "/registry"
+    """`--etcd-prefix`: where the objects are kept in etcd (kube-apiserver's default)."""
+    etcd_compaction_interval: float = 300.0
+    """`--etcd-compaction-interval` (seconds; 0 disables): compact etcd to the revision of one interval
+    before, as kube-apiserver does every 5 minutes."""
     fsync: bool = True
     """Acknowledge a write only after an fdatasync of the log covers it (group commit: one
     fdatasync per batch); survives machine crashes, not only process kills. `--no-fsync`: the

@@ -48,6 +48,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import heapq
+import itertools
 import os
 import zlib
 from collections import defaultdict
@@ -68,6 +70,29 @@ EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 Publisher = Callable[[Kind, EventType, Obj, "Obj | None", int], None]
 """Called after every write: (kind, event type, object, previous object, revision)."""
+
+
+@dataclass(slots=True)
+class Staged:
+    """A write the registry made in etcd mode, not applied yet: committed as one etcd transaction.
+
+    `obj` None is a removal, `final` then the state the registry returned for it. `expected` is the
+    mod_revision the key must still have (the resourceVersion of the object it replaces), 0 when
+    the key must not exist (a create). `revision` is the write's revision once committed.
+    """
+
+    kind: Kind
+    key: str
+    obj: Obj | None
+    expected: int
+    final: Obj | None = None
+    revision: int = 0
+    after: Staged | None = None
+    """An earlier staged write of the same key in the same request (or queue): this one is committed
+    after it, comparing with the revision it got, not with `expected`."""
+
+
+Stager = Callable[[Staged], None]
 
 
 class StoreWriteError(Exception):
@@ -851,6 +876,11 @@ class Store:
         self._pods_by_node: dict[str, dict[str, Obj]] = {}
         self._publishers: list[Publisher] = []
         self._last_write: defaultdict[str, int] = defaultdict(int)
+        self.stager: Stager | None = None
+        """Set in etcd mode (`kubemesh.apiserver.etcdcache`): `write`/`remove` stage instead of applying,
+        and the store changes only through `apply`, fed by the etcd watch."""
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._waiter_ids = itertools.count()
         revision, objects = self.backend.load()
         self.revision = revision
         for resource, obj in objects:
@@ -891,8 +921,18 @@ class Store:
     def write(self, kind: Kind, obj: Obj, *, event: EventType) -> Obj:
         """Store a new version of an object (ADDED or MODIFIED); returns it with its new rv.
 
-        `obj` must be a dict the caller will never touch again.
+        `obj` must be a dict the caller will never touch again. In etcd mode the write is staged
+        (`stager`) and `obj` returned as it is: its resourceVersion comes with the commit.
         """
+        if self.stager is not None:
+            key = key_of(obj)
+            prev = self._objects[kind.resource].get(key)
+            expected = _rv_of(prev) if prev is not None else 0
+            # Until the commit names its revision the object carries the one it replaces ("0":
+            # none), so that the operation's own later reads of it compare as they would.
+            obj["metadata"]["resourceVersion"] = str(expected)
+            self.stager(Staged(kind=kind, key=key, obj=obj, expected=expected))
+            return obj
         rv = self.revision + 1
         obj["metadata"]["resourceVersion"] = str(rv)
         key = key_of(obj)
@@ -908,6 +948,14 @@ class Store:
     def remove(self, kind: Kind, key: str) -> Obj | None:
         """Remove an object; the DELETED event carries its final state at the new revision."""
         resource = kind.resource
+        if self.stager is not None:  # etcd mode: staged; `final` keeps the removed object's revision
+            seen = self.get(kind, key)  # with this request's own staged writes (etcdcache.CacheStore)
+            if seen is None:
+                return None
+            staged_final = dict(seen)
+            staged_final["metadata"] = dict(seen["metadata"])
+            self.stager(Staged(kind=kind, key=key, obj=None, expected=_rv_of(seen), final=staged_final))
+            return staged_final
         prev = self._objects[resource].get(key)
         if prev is None:
             return None
@@ -928,6 +976,61 @@ class Store:
         Raises `StoreWriteError` when the backend cannot make them durable.
         """
         await self.backend.flush(self.revision if rv is None else rv)
+
+    # ------------------------------------------------------------------------------ etcd mode
+
+    def apply(self, *, kind: Kind | None, resource: str, key: str, obj: Obj | None, rv: int) -> None:
+        """Apply one change the etcd watch delivered (at revision `rv`, in revision order) and publish it.
+
+        `obj` None is a deletion: the DELETED event carries the last state at revision `rv`, as
+        `remove` does. `kind` None (a resource no served kind has, such as a custom resource whose
+        definition is not served yet) keeps the object without publishing.
+        """
+        bucket = self._objects[resource]
+        prev = bucket.get(key)
+        if obj is None:
+            if prev is not None:
+                final = dict(prev)
+                final["metadata"] = {**prev["metadata"], "resourceVersion": str(rv)}
+                del bucket[key]
+                if resource == _PODS:
+                    self._unindex_pod(key, prev)
+                self.revision = max(self.revision, rv)
+                if kind is not None:
+                    self._publish(kind, "DELETED", final, prev, rv)
+                else:
+                    self._last_write[resource] = rv
+        else:
+            self.revision = max(self.revision, rv)
+            self._put(resource, key, obj, prev)
+            if kind is not None:
+                self._publish(kind, "ADDED" if prev is None else "MODIFIED", obj, prev, rv)
+        self.advance(rv)
+
+    def entries(self) -> Iterator[tuple[str, Obj]]:
+        """Every stored object as (resource, object) (etcd mode: what a relist compares with)."""
+        return self._all()
+
+    def at(self, resource: str, key: str) -> Obj | None:
+        """The object at `key` of a resource given by name (etcd mode: the kind may not be served)."""
+        return self._objects[resource].get(key)
+
+    def advance(self, rv: int) -> None:
+        """Every change up to `rv` has been applied (a progress notification): wake who waits for it."""
+        self.revision = max(self.revision, rv)
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= self.revision:
+            _, _, fut = heapq.heappop(waiters)
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait_applied(self, rv: int) -> None:
+        """Return once the store has applied every change up to revision `rv`."""
+        if self.revision >= rv:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (rv, next(self._waiter_ids), fut))
+        await fut
 
     def compact(self) -> None:
         """Let the backend snapshot the state if its log has grown."""
@@ -965,6 +1068,11 @@ class Store:
         self._last_write[kind.resource] = rv
         for publish in self._publishers:
             publish(kind, event, obj, prev, rv)
+
+
+def _rv_of(obj: Obj) -> int:
+    rv = str(obj["metadata"].get("resourceVersion") or "0")
+    return int(rv) if rv.isdigit() else 0
 
 
 def _node_of(pod: Obj) -> str:

@@ -159,7 +159,7 @@ def child_env() -> dict[str, str]:
     return env
 
 
-SERVER_KINDS: Final = ("apiserver", "apiserver-nodeliveries", "bare")
+SERVER_KINDS: Final = ("apiserver", "apiserver-nodeliveries", "apiserver-etcd", "bare")
 
 
 @dataclass
@@ -173,12 +173,22 @@ class ServerProcess:
 
     @classmethod
     def start(cls, kind: str, *, cores: set[int] | None, log_dir: Path, watchers: int = 10,
-              extra_args: Sequence[str] = ()) -> ServerProcess:
-        """Start `apiserver` (given `extra_args`), `apiserver-nodeliveries` or `bare` on a free port; await /readyz."""
+              extra_args: Sequence[str] = (), etcd: str | None = None) -> ServerProcess:
+        """Start `apiserver` (given `extra_args`), `apiserver-nodeliveries`, `apiserver-etcd` or `bare` on a free port.
+
+        `apiserver-etcd` is the apiserver with `--storage etcd` on the etcd at `etcd` (its own key
+        prefix per start). Awaits /readyz.
+        """
         port = free_port()
         if kind == "apiserver":
             cmd = [PYTHON, "-m", "kubemesh.apiserver", "--host", "127.0.0.1", "--port", str(port),
                    "--log-level", "warning", *extra_args]
+        elif kind == "apiserver-etcd":
+            if not etcd:
+                raise ValueError("apiserver-etcd needs an etcd endpoint (--etcd-endpoints)")
+            cmd = [PYTHON, "-m", "kubemesh.apiserver", "--host", "127.0.0.1", "--port", str(port),
+                   "--log-level", "warning", "--storage", "etcd", "--etcd-endpoints", etcd,
+                   "--etcd-prefix", f"/bench-{port}-{time.time_ns()}", *extra_args]
         elif kind == "apiserver-nodeliveries":
             cmd = [PYTHON, "-c", APISERVER_NO_DELIVERIES_SNIPPET, str(port)]
         elif kind == "bare":

@@ -18,7 +18,8 @@ Writes/s counts 2xx responses over the phase's wall time. Ratios are apiserver /
 same encoding and phase, measured in the same run. Prints a table and writes
 `benchmarks/results/apiserver_writes.json`.
 
-Run: `.venv/bin/python benchmarks/apiserver_writes.py [--quick]`.
+Run: `.venv/bin/python benchmarks/apiserver_writes.py [--quick]`; `--servers apiserver,apiserver-etcd
+--etcd-endpoints URL` compares the memory store with `--storage etcd` on the same load.
 """
 
 from __future__ import annotations
@@ -337,7 +338,7 @@ def measure_server(kind: str, encoding: str, args: argparse.Namespace, wrk: str 
                    workdir: Path) -> dict[str, Any]:
     """All phases against one fresh server in one encoding."""
     srv_cores, load_cores = args.cores
-    server = ServerProcess.start(kind, cores=srv_cores, log_dir=workdir)
+    server = ServerProcess.start(kind, cores=srv_cores, log_dir=workdir, etcd=args.etcd_endpoints)
     watchers: Watchers | None = None
     try:
         watchers = Watchers(server.port, encoding, args.watchers, load_cores)
@@ -432,8 +433,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--watchers", type=int, default=10, help="watchers attached during the writes")
     p.add_argument("--pool", type=int, default=None, help="pods the updates cycle through (default 1000)")
     p.add_argument("--servers", default=None,
-                   help="comma-separated: apiserver,apiserver-nodeliveries,bare (default all; --quick: no "
-                        "apiserver-nodeliveries)")
+                   help="comma-separated: apiserver,apiserver-nodeliveries,apiserver-etcd,bare (default all but "
+                        "apiserver-etcd; --quick: no apiserver-nodeliveries)")
+    p.add_argument("--etcd-endpoints", default=None,
+                   help="the etcd of `apiserver-etcd` (the apiserver with --storage etcd; etcd's own CPU is not "
+                        "in the server CPU figures)")
     p.add_argument("--client", choices=("auto", "wrk", "python"), default="auto",
                    help="load generator: wrk when available (auto), or Python processes")
     p.add_argument("--client-procs", type=int, default=2, help="Python client processes (without wrk)")

@@ -142,6 +142,9 @@ def launch_apiserver(workdir: Path, *, token: str | None = None, data_dir: Path 
         args = [sys.executable, "-m", "kubemesh.apiserver", "--host", "127.0.0.1", "--port", str(p)]
         if data_dir is not None:
             args += ["--data-dir", str(data_dir)]
+        elif (etcd := os.environ.get("KUBEMESH_TEST_ETCD")) and "--storage" not in extra_args:
+            # The suites again over etcd (`--storage etcd`), each apiserver under a prefix of its own.
+            args += ["--storage", "etcd", "--etcd-endpoints", etcd, "--etcd-prefix", f"/t-{tag}-{attempt}"]
         if token is not None:
             token_file = workdir / f"token-{tag}"
             token_file.write_text(token + "\n")

@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import socket
-import subprocess
-import time
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from etcdkit import running_etcd
 
 from kubemesh.apiserver.etcdstore import (
     AlreadyExists,
@@ -39,50 +35,13 @@ from kubemesh.apiserver.etcdstore import (
     object_key,
     resource_prefix,
 )
-from kubemesh.services.mesh.state import free_port
-
-ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
 
 @pytest.fixture(scope="module")
 def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A single-member etcd on free loopback ports: its client URL."""
-    if not Path(ETCD).exists():
-        pytest.skip("etcd is not installed (scripts/etcd-setup installs it)")
-    tmp = tmp_path_factory.mktemp("etcd")
-    port, peer = free_port(), free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = tmp / "etcd.log"
-    cmd = [ETCD, "--name", "t", "--data-dir", str(tmp / "data"),
-           "--listen-client-urls", url, "--advertise-client-urls", url,
-           "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-           "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-           "--initial-cluster", f"t=http://127.0.0.1:{peer}",
-           "--experimental-watch-progress-notify-interval", "300ms",
-           "--log-level", "warn", "--logger", "zap"]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"etcd exited with {proc.returncode}: {log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=1.0) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"etcd not ready after 30 s: {log.read_text()[-2000:]}") from None
-                time.sleep(0.05)
+    """A single-member etcd on free loopback ports: its client URL (`etcdkit`)."""
+    with running_etcd(tmp_path_factory.mktemp("etcd")) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture
