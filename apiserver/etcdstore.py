@@ -386,13 +386,8 @@ class EtcdStore:
         if expected_mod_revision <= 0:
             # mod_revision 0 compares equal for an absent key: the put would create it.
             raise ValueError("update needs the mod_revision of an existing key (> 0)")
-        response = await self._txn(rpc.TxnRequest(
-            compare=[rpc.Compare(key=key, target=rpc.Compare.MOD, result=rpc.Compare.EQUAL,
-                                 mod_revision=expected_mod_revision)],
-            success=[rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))],
-            failure=[rpc.RequestOp(request_range=rpc.RangeRequest(key=key))]))
-        if not response.succeeded:
-            raise Conflict(key=key, expected_mod_revision=expected_mod_revision, current=self._current(response))
+        response = await self._compare_and(key=key, expected_mod_revision=expected_mod_revision,
+                                           op=rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value)))
         return int(response.header.revision)
 
     async def delete(self, *, key: bytes, expected_mod_revision: int) -> tuple[int, KeyValue]:
@@ -402,17 +397,27 @@ class EtcdStore:
         """
         if expected_mod_revision <= 0:
             raise ValueError("delete needs the mod_revision of an existing key (> 0)")
-        response = await self._txn(rpc.TxnRequest(
-            compare=[rpc.Compare(key=key, target=rpc.Compare.MOD, result=rpc.Compare.EQUAL,
-                                 mod_revision=expected_mod_revision)],
-            success=[rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key, prev_kv=True))],
-            failure=[rpc.RequestOp(request_range=rpc.RangeRequest(key=key))]))
-        if not response.succeeded:
-            raise Conflict(key=key, expected_mod_revision=expected_mod_revision, current=self._current(response))
+        response = await self._compare_and(
+            key=key, expected_mod_revision=expected_mod_revision,
+            op=rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key, prev_kv=True)))
         # The compare saw the key at expected_mod_revision > 0 and the delete ran in the same
         # transaction: it deleted exactly that kv.
         prev = response.responses[0].response_delete_range.prev_kvs
         return int(response.header.revision), KeyValue.of(prev[0])
+
+    async def _compare_and(self, *, key: bytes, expected_mod_revision: int, op: Any) -> Any:
+        """Run `op` if the key's mod_revision is `expected_mod_revision`; the txn response.
+
+        `Conflict` otherwise, carrying the current kv (read in the same transaction).
+        """
+        response = await self._txn(rpc.TxnRequest(
+            compare=[rpc.Compare(key=key, target=rpc.Compare.MOD, result=rpc.Compare.EQUAL,
+                                 mod_revision=expected_mod_revision)],
+            success=[op],
+            failure=[rpc.RequestOp(request_range=rpc.RangeRequest(key=key))]))
+        if not response.succeeded:
+            raise Conflict(key=key, expected_mod_revision=expected_mod_revision, current=self._current(response))
+        return response
 
     async def get(self, *, key: bytes, revision: int | None = None) -> KeyValue | None:
         """A key's kv at the current revision (or at `revision`); None when absent."""

@@ -37,20 +37,16 @@ import base64
 import contextlib
 import importlib.metadata
 import os
-import shutil
-import subprocess
 import tempfile
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 import aiohttp
 import orjson
-from _common import REPO, machine, percentile, pin, round_median, run_loop, server_cores, table, write_results
-
-from kubemesh.services.mesh.state import free_port
+from _common import machine, percentile, pin, round_median, run_loop, server_cores, table, write_results
+from durable_writes import etcd, stop
 
 VALUE_BYTES: Final = 1000
 RANGE_KEYS: Final = 1000
@@ -285,33 +281,6 @@ async def watch_phase(client: Client, writer: Client, *, seconds: float, tag: st
             "latency_ms_p50": percentile(latencies, 50) * 1e3, "latency_ms_p99": percentile(latencies, 99) * 1e3}
 
 
-def start_etcd(tmp: Path, cores: set[int] | None) -> tuple[subprocess.Popen[bytes], int]:
-    binary = shutil.which("etcd") or "/usr/bin/etcd"
-    port, peer = free_port(), free_port()
-    cmd = [binary, "--name", "bench", "--data-dir", str(tmp / "etcd-data"),
-           "--listen-client-urls", f"http://127.0.0.1:{port}", "--advertise-client-urls", f"http://127.0.0.1:{port}",
-           "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls",
-           f"http://127.0.0.1:{peer}", "--initial-cluster", f"bench=http://127.0.0.1:{peer}",
-           "--log-level", "warn", "--logger", "zap"]
-    log = tmp / "etcd.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
-    pin(proc.pid, cores)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"etcd exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1.0) as resp:
-                if resp.status == 200:
-                    return proc, port
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    raise RuntimeError(f"etcd not ready after 30 s: {log.read_text()[-2000:]}")
-
-
 async def run(args: argparse.Namespace, port: int) -> dict[str, dict[str, list[dict[str, Any]]]]:
     clients = {name: await make(name, port) for name in CLIENTS}
     out: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in CLIENTS}
@@ -380,17 +349,12 @@ def main() -> None:
     print(f"etcd_clients: {args.rounds} rounds of {args.duration:g} s phases, grpc (aetcd) and gateway alternating",
           flush=True)
     with tempfile.TemporaryDirectory(prefix="kubemesh-etcd-bench-") as tmp_name:
-        proc, port = start_etcd(Path(tmp_name), srv_cores)
+        proc, port = etcd(Path(tmp_name), srv_cores)  # durable_writes.py's: the same etcd, started the same way
         try:
             pin(os.getpid(), load_cores)
             data = run_loop(lambda: run(args, port))
         finally:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
     summary = {name: {f"{phase}.{metric}": round_median([x[metric] for x in data[name][phase]])
                       for phase, metric, _ in SUMMARY} for name in CLIENTS}
     rows = []

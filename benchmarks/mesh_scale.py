@@ -116,7 +116,7 @@ async def hold(mesh: Mesh, client: ApiClient, args: argparse.Namespace) -> dict[
     tracker = LeaseTracker(nodes=args.nodes)
     not_ready_seen: dict[str, float] = {}
     started = time.monotonic()
-    while (elapsed := time.monotonic() - started) < args.hold:
+    while time.monotonic() - started < args.hold:
         await asyncio.sleep(args.sample_interval)
         t = time.monotonic() - started
         before = time.monotonic()
@@ -128,7 +128,6 @@ async def hold(mesh: Mesh, client: ApiClient, args: argparse.Namespace) -> dict[
         s["not_ready"] = args.nodes - ready
         print(f"  hold {t:6.0f} s: lease lag p50 {s['lag_p50_s']:.2f} s p99 {s['lag_p99_s']:.2f} s, "
               f"{s['not_ready']} not Ready", flush=True)
-    del elapsed
     cpu = window.stop()
     procs = {k: v for k, v in cpu.items() if isinstance(v, dict) and "cpu_cores" in v and k != "benchmark"}
     per_k = args.nodes / 1000
