@@ -15,11 +15,14 @@ mirror pods, `kubemesh.apiserver.controlplane`) hear of every registration and d
 Chaos forwards node faults to the kubelet that registered the node, never by port: kubelets in
 containers all listen on the same one.
 
-Entries are kept in memory only; nothing here outlives the process.
+Entries are kept in memory only; nothing here outlives the process. Over etcd with several
+apiservers, `kubemesh.apiserver.sharedstate.SharedRegistry` copies them between the apiservers
+(`publish`), and each entry names the apiserver it registered with (`apiserver`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -51,6 +54,10 @@ class ComponentRegistry:
         self.entries: dict[str, Entry] = {}
         """Entries by instance name."""
         self.listeners: list[RegistrationListener] = []
+        self.apiserver: str | None = None
+        """The name of this apiserver, written into each entry it takes (None: not named, one apiserver)."""
+        self.publish: Callable[[str, Entry | None], None] | None = None
+        """Told of every entry this apiserver takes or forgets (the instance, the entry or None), to share it."""
 
     def register(self, instance: str, body: Any) -> Entry:
         """Validate and keep one registration; raises a 422 `StatusError` naming what is wrong."""
@@ -74,9 +81,13 @@ class ComponentRegistry:
             entry["boot"] = boot
         if last_exit is not None:
             entry["lastExitCode"] = last_exit
+        if self.apiserver is not None:
+            entry["apiserver"] = self.apiserver
         self.entries[instance] = entry
         for listener in self.listeners:
             listener.registered(entry)
+        if self.publish is not None:
+            self.publish(instance, entry)
         return entry
 
     def registered_self(self, *, component: str, instance: str, boot: str, last_exit_code: int | None) -> None:
@@ -93,6 +104,8 @@ class ComponentRegistry:
         if entry is not None:
             for listener in self.listeners:
                 listener.deregistered(entry)
+            if self.publish is not None:
+                self.publish(instance, None)
         return entry
 
     def of_component(self, component: str) -> list[Entry]:

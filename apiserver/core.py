@@ -154,15 +154,18 @@ def load_clock(settings: ServerSettings) -> ClusterClock:
     return ClusterClock(rate=settings.clock_rate)
 
 
-def assemble(settings: ServerSettings, *, store: Store | None = None, etcd: EtcdCache | None = None) -> ApiserverCore:
+def assemble(settings: ServerSettings, *, store: Store | None = None, etcd: EtcdCache | None = None,
+             clock: ClusterClock | None = None, signing_key: bytes | None = None) -> ApiserverCore:
     """Build the parts in order and wire the store's publishers (see the module docstring).
 
     With `etcd` (`--storage etcd`; `store` is then the cache it feeds), the start-up steps that write
     (RBAC defaults, the `kubernetes` Service, APIServices, cluster DNS) are not run here but left in
     `ApiserverCore.start_steps`: their writes must be committed to etcd one step after the other
-    (`kubemesh.apiserver.server.serve`), as each step reads what the ones before wrote.
+    (`kubemesh.apiserver.server.serve`), as each step reads what the ones before wrote. `clock` and
+    `signing_key`, when given, are those shared by every apiserver over that etcd
+    (`kubemesh.apiserver.sharedstate`); else the clock and key of `--data-dir`, or fresh ones.
     """
-    clock = load_clock(settings)
+    clock = clock if clock is not None else load_clock(settings)
     kinds = KindTable()
     discovery = Discovery(kinds, server_address=f"{settings.host}:{settings.port}")
     if store is None:
@@ -223,7 +226,8 @@ def assemble(settings: ServerSettings, *, store: Store | None = None, etcd: Etcd
                          components=components, metrics=Metrics.create(),
                          webhooks=Webhooks(store=store, kinds=kinds, sleep=clock.sleep, wall=time.monotonic,
                                            record=functools.partial(history.append, "webhook")),
-                         authenticator=Authenticator(store=store, clock=clock, key=load_key(settings.data_dir),
+                         authenticator=Authenticator(store=store, clock=clock,
+                                                     key=signing_key or load_key(settings.data_dir),
                                                      admin_token=settings.token,
                                                      component_identities=settings.component_identities,
                                                      anonymous=settings.anonymous_auth,

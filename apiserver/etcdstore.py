@@ -405,6 +405,18 @@ class EtcdStore:
         prev = response.responses[0].response_delete_range.prev_kvs
         return int(response.header.revision), KeyValue.of(prev[0])
 
+    async def put(self, *, key: bytes, value: bytes) -> int:
+        """Put a key whatever its state: the write's revision (for kubemesh's own keys, never objects)."""
+        response = await self._txn(rpc.TxnRequest(success=[rpc.RequestOp(request_put=rpc.PutRequest(key=key,
+                                                                                                    value=value))]))
+        return int(response.header.revision)
+
+    async def remove(self, *, key: bytes) -> int:
+        """Delete a key whatever its state (absent is fine): the store's revision after it."""
+        response = await self._txn(rpc.TxnRequest(
+            success=[rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))]))
+        return int(response.header.revision)
+
     async def _compare_and(self, *, key: bytes, expected_mod_revision: int, op: Any) -> Any:
         """Run `op` if the key's mod_revision is `expected_mod_revision`; the txn response.
 

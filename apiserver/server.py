@@ -57,11 +57,12 @@ from kubemesh.apiserver.serving import (
     render,
     render_status,
 )
-from kubemesh.apiserver.settings import ServerSettings
+from kubemesh.apiserver.settings import ServerSettings, apiserver_identity
+from kubemesh.apiserver.sharedstate import SharedRegistry, shared_clock, shared_signing_key
 from kubemesh.apiserver.storage import Staged, Store, StoreWriteError
 from kubemesh.apiserver.watching import WatchHub
 from kubemesh.services.machinery.certs import server_context
-from kubemesh.services.machinery.clock import component_rng
+from kubemesh.services.machinery.clock import ClusterClock, component_rng
 from kubemesh.services.model.kinds import Obj, key_of
 from kubemesh.services.process.gctuning import SurvivorFreezer
 from kubemesh.services.process.runs import this_run
@@ -366,18 +367,26 @@ async def serve(settings: ServerSettings, *, stop: asyncio.Event | None = None) 
     """Run the apiserver until `stop` is set (or SIGTERM/SIGINT when run as a process)."""
     cache: EtcdCache | None = None
     store: Store | None = None
+    shared: SharedRegistry | None = None
+    clock: ClusterClock | None = None
+    signing_key: bytes | None = None
     if settings.storage == "etcd":
         # Everything at one revision into the cache, then the watch from the next one on
         # (kubemesh.apiserver.etcdcache).
         etcd = await EtcdStore.open(settings=EtcdSettings(endpoints=settings.etcd_endpoints,
                                                           prefix=settings.etcd_prefix))
+        # Several apiservers may serve this etcd: they run one clock and sign with one key.
+        clock = await shared_clock(etcd, rate=settings.clock_rate)
+        signing_key = await shared_signing_key(etcd)
         revision, objects = await EtcdCache.load(etcd)
         store = CacheStore(backend=Preloaded(revision=revision, objects=objects))
         cache = EtcdCache(etcd=etcd, store=store, revision=revision,
                           compaction_interval=settings.etcd_compaction_interval)
         log.info("etcd storage", endpoints=",".join(settings.etcd_endpoints), revision=revision, objects=len(objects))
-    core = assemble(settings, store=store, etcd=cache)
+    core = assemble(settings, store=store, etcd=cache, clock=clock, signing_key=signing_key)
     if cache is not None:
+        shared = SharedRegistry(etcd=cache.etcd, registry=core.components, apiserver=apiserver_identity(settings))
+        shared.start()
         cache.start(core.kinds)
         for step, run_step in core.start_steps:  # each step reads what the steps before committed
             run_step()
@@ -418,3 +427,5 @@ async def serve(settings: ServerSettings, *, stop: asyncio.Event | None = None) 
         log.info("apiserver stopping")
         freezer.stop()
         await runner.cleanup()
+        if shared is not None:
+            await shared.close()

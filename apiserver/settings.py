@@ -78,3 +78,17 @@ class ServerSettings:
     """What kubeadm puts in kube-system: the control plane's mirror pods
     (`kubemesh.apiserver.controlplane`) and cluster DNS (`kubemesh.apiserver.addons`).
     `--no-system-pods` leaves kube-system empty (scenario meshes, which hold only their own objects)."""
+
+
+def apiserver_identity(settings: ServerSettings) -> str:
+    """The name of an apiserver among several over one etcd: `apiserver-<address>-<port>`.
+
+    The address is `--advertise-address`, else the bind address, else (bound to every address,
+    as in a container) the host name: each apiserver of a compose stack has its own.
+    """
+    import socket  # noqa: PLC0415 - only for this rare case
+
+    address = settings.advertise_address or settings.host
+    if address in ("0.0.0.0", "::", ""):
+        address = socket.gethostname()
+    return f"apiserver-{address}-{settings.port}"

@@ -83,6 +83,12 @@ if TYPE_CHECKING:
     from kubemesh.services.mesh.endpoint import MeshEndpoint
 
 APISERVER: Final = "apiserver"
+ETCD: Final = "etcd"
+"""The name of the etcd process a mesh with `store="etcd"` and no endpoints starts itself."""
+STORES: Final = ("memory", "etcd")
+"""`MeshSpec.store` values."""
+ETCD_DIR: Final = "etcd"
+"""`<state_dir>/etcd`: the data of the mesh's own etcd."""
 KUBELET: Final = "kubelet"
 RUNTIMES: Final = ("emulated", "process", "opt-in")
 """The kubelets' container runtimes (`MeshSpec.runtime`)."""
@@ -207,6 +213,21 @@ class MeshSpec:
     `spec.nodeName`), or `auto`: per-node for a process hosting at most
     `SHARED_POD_WATCH_ABOVE` nodes, shared above (ten thousand per-node watches are ten
     thousand TLS connections the apiserver must accept and keep; see `KubeletPlan.pod_watch`)."""
+    store: str = "memory"
+    """Where the apiserver keeps the objects: `memory` (its own process; durable with `persist`)
+    or `etcd` (`--storage etcd`: in etcd, the apiserver keeping a watch cache). With `etcd` and no
+    `etcd_endpoints` the mesh starts an etcd of its own (`/usr/bin/etcd`, which `scripts/setup`
+    installs), its data in `<state_dir>/etcd` (kept across runs only with `persist`)."""
+    etcd_endpoints: tuple[str, ...] = ()
+    """Client URLs of an etcd to use instead of starting one (`store="etcd"` only)."""
+    apiservers: int = 1
+    """How many apiserver processes serve the cluster (more than one needs `store="etcd"`, which
+    they share, as a highly available control plane). Every other component is pinned to one of
+    them, round robin in start order, as kubelets and controllers each talk to one apiserver of
+    a real HA control plane; the kubeconfig, `client()` and the chaos front door use the first.
+    They share the cluster clock, the token signing key and the component registry through etcd
+    (`kubemesh.apiserver.sharedstate`); chaos faults act on the requests of the apiserver they
+    were created on."""
     python: str = sys.executable
     """The interpreter that runs the components."""
     die_with_parent: bool = True
@@ -219,6 +240,16 @@ class MeshSpec:
             raise ValueError("kubelets must be >= 1, or 0 to choose by the node count")
         if self.clock_rate <= 0:
             raise ValueError("clock_rate must be positive")
+        if self.store not in STORES:
+            raise ValueError(f"store must be one of {', '.join(STORES)}, not {self.store!r}")
+        if self.etcd_endpoints and self.store != "etcd":
+            raise ValueError("etcd_endpoints need store='etcd'")
+        if self.apiservers < 1:
+            raise ValueError("apiservers must be >= 1")
+        if self.apiservers > 1 and self.store != "etcd":
+            raise ValueError("several apiservers need a store they share: store='etcd' (`--store etcd`)")
+        if self.apiservers > 1 and self.apiserver_port:
+            raise ValueError("apiserver_port chooses the port of one apiserver; leave it 0 with several")
         if self.pod_watch not in POD_WATCH_MODES:
             raise ValueError(f"pod_watch must be one of {', '.join(POD_WATCH_MODES)}, not {self.pod_watch!r}")
         if self.runtime not in RUNTIMES:
@@ -329,6 +360,8 @@ class _Proc:
         self.start_ticks: int | None = None
         self.port: int | None = None
         self.url: str | None = None
+        self.apiserver: _Proc | None = None
+        """For a component: the apiserver process it talks to (None for the apiserver and etcd)."""
         self.expected_exit = False
         """Set when the mesh itself stopped or killed the process (not a crash)."""
 
@@ -402,7 +435,10 @@ class Mesh:
         self.components: tuple[str, ...] = self._choose_components()
         self.kubelet_plans: list[KubeletPlan] = plan_kubelets(self.spec) if KUBELET in self.components else []
         self._procs: list[_Proc] = []
+        """Every process, in start order: etcd (when the mesh runs its own), the apiservers, the rest."""
         self._port = 0
+        """The first apiserver's port (that of the kubeconfig, `client()` and the chaos front door)."""
+        self._etcd_urls: tuple[str, ...] = self.spec.etcd_endpoints
         self.tls: bool = self.spec.tls if self.spec.tls is not None else self.spec.token is not None
         """Whether the apiserver serves HTTPS."""
         self._endpoint: MeshEndpoint | None = None
@@ -427,6 +463,16 @@ class Mesh:
         if not self._port:
             raise MeshError("the mesh is not started")
         return f"{'https' if self.tls else 'http'}://127.0.0.1:{self._port}"
+
+    @property
+    def apiserver_urls(self) -> list[str]:
+        """Every apiserver's URL, the first one's (`apiserver_url`) first."""
+        return [p.url for p in self._procs if p.component == APISERVER and p.url is not None]
+
+    @property
+    def etcd_endpoints(self) -> tuple[str, ...]:
+        """The etcd the apiservers use (the mesh's own once started, or `MeshSpec.etcd_endpoints`); () without etcd."""
+        return self._etcd_urls if self.spec.store == "etcd" else ()
 
     @property
     def ca_path(self) -> Path | None:
@@ -525,17 +571,28 @@ class Mesh:
         try:
             self._prepare_state_dir()
             deadline = t0 + self.spec.start_timeout
-            await self._start_apiserver(deadline, wait=not self.spec.eager)
+            if self.spec.store == "etcd" and not self.spec.etcd_endpoints:
+                await self._start_etcd(deadline)
+            # Several apiservers: the first one alone until it is ready, so that the others find
+            # the start-up objects (RBAC defaults, the `kubernetes` Service) committed and the
+            # clock stored, as a restarted apiserver does (kubemesh.apiserver.sharedstate).
+            await self._start_apiserver(deadline, wait=not self.spec.eager or self.spec.apiservers > 1)
+            for index in range(1, self.spec.apiservers):
+                extra = self._new_apiserver(index)
+                self._procs.append(extra)
+                await self._spawn(extra)
             self._write_client_files()
-            others = [self._make_proc(c, plan) for c in self.components if c != APISERVER
-                      for plan in (self.kubelet_plans if c == KUBELET else [None])]
+            apiservers = [p for p in self._procs if p.component == APISERVER]
+            pins = dict(self._pins())
+            others = [self._make_proc(c, plan, apiserver=apiservers[pins[instance]])
+                      for c, plan, instance in self._others()]
             self._procs.extend(others)
             first = [p for p in others if p.component == KUBELET] if self.spec.stagger else others
             later = [p for p in others if p not in first]
             await asyncio.gather(*(self._spawn(p) for p in first))
             self._write_state()
-            if self.spec.eager:
-                await self._wait_apiserver_ready(self._procs[0], deadline)
+            for p in apiservers:
+                await self._wait_apiserver_ready(p, deadline)
             if later:  # MeshSpec.stagger: listed from the start (not started yet), spawned once the nodes are Ready
                 await self._wait_nodes(deadline)
                 await asyncio.gather(*(self._spawn(p) for p in later))
@@ -559,8 +616,9 @@ class Mesh:
             await self._chaos.close()
             self._chaos = None
         try:
-            await self._terminate([p for p in self._procs if p.component != APISERVER])
+            await self._terminate([p for p in self._procs if p.component not in (APISERVER, ETCD)])
             await self._terminate([p for p in self._procs if p.component == APISERVER])
+            await self._terminate([p for p in self._procs if p.component == ETCD])
         finally:
             self._kill_now()
             # A kubelet killed before it stopped its containers leaves them recorded here.
@@ -594,23 +652,29 @@ class Mesh:
                       timeout: float | None = None) -> list[ProcessInfo]:  # noqa: ASYNC109 - a deadline
         """Stop (SIGTERM, grace, SIGKILL) and start again the processes named by `name`.
 
-        The apiserver comes back on the same port (with `MeshSpec.persist`, with its objects);
-        the call waits for its /readyz. A restarted component is waited for until it has
+        The apiserver comes back on the same port (with `MeshSpec.persist` or etcd, with its
+        objects); the call waits for its /readyz. The mesh's own etcd comes back on its ports with
+        its data, and the call waits for its /health. A restarted component is waited for until it has
         registered again (when the apiserver keeps a registry), a restarted kubelet also until
         every node is Ready.
         """
         procs = self._select(name)
         deadline = time.monotonic() + (self.spec.start_timeout if timeout is None else timeout)
         before = await self._registry_or_none()
-        await self._terminate([p for p in procs if p.component != APISERVER])
+        await self._terminate([p for p in procs if p.component not in (APISERVER, ETCD)])
         await self._terminate([p for p in procs if p.component == APISERVER])
+        await self._terminate([p for p in procs if p.component == ETCD])
+        for p in procs:
+            if p.component == ETCD:
+                await self._spawn(p, append=True)
+                await self._wait_etcd_ready(p, deadline)
         for p in procs:
             if p.component == APISERVER:
                 await self._spawn(p, append=True)
                 await self._wait_apiserver_ready(p, deadline)
-        await asyncio.gather(*(self._spawn(p, append=True) for p in procs if p.component != APISERVER))
+        others = [p for p in procs if p.component not in (APISERVER, ETCD)]
+        await asyncio.gather(*(self._spawn(p, append=True) for p in others))
         self._write_state()
-        others = [p for p in procs if p.component != APISERVER]
         if others and self.spec.wait_registered:
             await self._wait_registered(others, deadline, before=before)
         if any(p.component == KUBELET for p in procs):
@@ -647,6 +711,13 @@ class Mesh:
     def choices(self) -> list[str]:
         """What the launcher chose for the node count, in words (`kubemesh up` prints them)."""
         out: list[str] = []
+        if self.spec.store == "etcd":
+            own = (f"an etcd of the mesh's own, data in {self.state_dir / ETCD_DIR}" if not self.spec.etcd_endpoints
+                   else ", ".join(self.spec.etcd_endpoints))
+            out.append(f"objects stored in etcd: {own}")
+        if self.spec.apiservers > 1:
+            pins = ", ".join(f"{instance} -> {_apiserver_name(index)}" for instance, index in self._pins())
+            out.append(f"{self.spec.apiservers} apiservers over one etcd; each other process talks to one: {pins}")
         if self.spec.kubelets == 0 and len(self.kubelet_plans) > 1:
             out.append(f"{len(self.kubelet_plans)} kubelet processes for {self.spec.nodes:,} nodes (one per "
                        f"{NODES_PER_KUBELET_AUTO:,} nodes or zone; --kubelets N chooses)")
@@ -657,6 +728,16 @@ class Mesh:
                 out.append(f"{who} more than {SHARED_POD_WATCH_ABOVE:,} nodes: one pod watch per kubelet process, "
                            f"not one per node (--pod-watch per-node keeps one per node)")
         return out
+
+    def _others(self) -> list[tuple[str, KubeletPlan | None, str]]:
+        """(component, kubelet plan, instance) of every process but etcd and the apiservers, in start order."""
+        return [(c, plan, plan.instance if plan is not None else c.replace("_", "-"))
+                for c in self.components if c != APISERVER
+                for plan in (self.kubelet_plans if c == KUBELET else [None])]
+
+    def _pins(self) -> list[tuple[str, int]]:
+        """Which apiserver (by index) each other process talks to: round robin in start order."""
+        return [(instance, i % self.spec.apiservers) for i, (_, _, instance) in enumerate(self._others())]
 
     def _choose_components(self) -> tuple[str, ...]:
         wanted = self.spec.components
@@ -709,8 +790,8 @@ class Mesh:
         env.update(self.spec.env)
         return env
 
-    def _common_args(self, component: str, instance: str) -> list[str]:
-        args = ["--apiserver", self.apiserver_url, "--instance", instance, "--admin-port", "0"]
+    def _common_args(self, component: str, instance: str, *, apiserver: str) -> list[str]:
+        args = ["--apiserver", apiserver, "--instance", instance, "--admin-port", "0"]
         if self.token is not None:
             args += ["--token-file", str(self.token_path)]
         own = [b for b in self.spec.bugs if bug_switches.BY_NAME[b.removeprefix("-")].component == component]
@@ -729,9 +810,10 @@ class Mesh:
         mod = mod.removesuffix(".__main__")
         return [self.spec.python, "-m", mod]
 
-    def _make_proc(self, component: str, plan: KubeletPlan | None) -> _Proc:
-        instance = plan.instance if plan is not None else component.replace("_", "-")
-        argv = [*self._launch_prefix(component), *self._common_args(component, instance)]
+    def _make_proc(self, component: str, plan: KubeletPlan | None, *, apiserver: _Proc) -> _Proc:
+        instance = plan.instance if plan is not None else component.replace("_", "-")  # as _others
+        assert apiserver.url is not None
+        argv = [*self._launch_prefix(component), *self._common_args(component, instance, apiserver=apiserver.url)]
         if plan is not None:
             argv += ["--nodes", str(plan.nodes), "--node-offset", str(plan.node_offset)]
             if plan.zone is not None:
@@ -745,19 +827,35 @@ class Mesh:
             if self.spec.runtime != "emulated":
                 argv += ["--runtime", self.spec.runtime, "--runtime-dir", str(self.state_dir / PODS_DIR)]
         argv += list(self.spec.extra_args.get(component, ()))
-        return _Proc(name=instance, component=component, argv=argv,
+        proc = _Proc(name=instance, component=component, argv=argv,
                      log_path=self.log_dir / f"{instance}.log", plan=plan)
+        proc.apiserver = apiserver
+        return proc
 
-    def _apiserver_argv(self) -> list[str]:
-        argv = [*self._launch_prefix(APISERVER), "--host", "127.0.0.1", "--port", str(self._port),
+    def _url_of(self, port: int) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{port}"
+
+    def _new_apiserver(self, index: int, *, port: int = 0) -> _Proc:
+        """Apiserver number `index` (`apiserver`, `apiserver-1`, ...) on `port` (0: a free one)."""
+        name = _apiserver_name(index)
+        p = _Proc(name=name, component=APISERVER, argv=[], log_path=self.log_dir / f"{name}.log")
+        p.port = port or free_port()
+        p.url = self._url_of(p.port)
+        p.argv = self._apiserver_argv(p)
+        return p
+
+    def _apiserver_argv(self, p: _Proc) -> list[str]:
+        argv = [*self._launch_prefix(APISERVER), "--host", "127.0.0.1", "--port", str(p.port),
                 "--clock-rate", repr(self.spec.clock_rate)]
+        if self.spec.store == "etcd":
+            argv += ["--storage", "etcd", "--etcd-endpoints", ",".join(self._etcd_urls)]
         if self.token is not None:
             argv += ["--token-file", str(self.token_path)]
         if self.tls:
             pki = self.state_dir / "pki"
             argv += ["--tls-cert-file", str(pki / "apiserver.crt"),
                      "--tls-private-key-file", str(pki / "apiserver.key")]
-        if self.spec.persist:
+        if self.spec.persist and self.spec.store == "memory":
             argv += ["--data-dir", str(self.state_dir / "data")]
         if self.spec.seed is not None:
             argv += ["--seed", str(self.spec.seed)]
@@ -776,12 +874,10 @@ class Mesh:
             ensure_certs(self.state_dir / "pki")
         attempts = 1 if self.spec.apiserver_port or not wait else 3
         for attempt in range(attempts):
-            self._port = self.spec.apiserver_port or free_port()
+            p = self._new_apiserver(0, port=self.spec.apiserver_port)
+            self._port = p.port or 0
             self._endpoint = None
-            p = _Proc(name=APISERVER, component=APISERVER, argv=self._apiserver_argv(),
-                      log_path=self.log_dir / "apiserver.log")
-            p.port, p.url = self._port, self.apiserver_url
-            self._procs = [p]
+            self._procs = [q for q in self._procs if q.component != APISERVER] + [p]
             await self._spawn(p, append=attempt > 0)
             if not wait:
                 return
@@ -794,12 +890,56 @@ class Mesh:
                     continue
                 raise
 
+    async def _start_etcd(self, deadline: float) -> None:
+        """Start the mesh's own etcd (`MeshSpec.store` etcd without endpoints) and wait for its /health."""
+        binary = etcd_binary()
+        if binary is None:
+            raise MeshError("`--store etcd` without endpoints runs an etcd of the mesh's own, and etcd is not "
+                            "installed: scripts/setup (or scripts/etcd-setup) installs it, or give --etcd-endpoints")
+        data = self.state_dir / ETCD_DIR
+        if not self.spec.persist:
+            shutil.rmtree(data, ignore_errors=True)
+        data.mkdir(parents=True, exist_ok=True)
+        port, peer = free_port(), free_port()
+        url, peer_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{peer}"
+        argv = [binary, "--name", "kubemesh", "--data-dir", str(data / "member-data"),
+                "--listen-client-urls", url, "--advertise-client-urls", url,
+                "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                "--initial-cluster", f"kubemesh={peer_url}",
+                # Bookmarks for the watch cache (kubemesh.apiserver.etcdcache), as kube-apiserver needs.
+                "--experimental-watch-progress-notify-interval", "1s",
+                "--log-level", "warn", "--logger", "zap"]
+        p = _Proc(name=ETCD, component=ETCD, argv=argv, log_path=self.log_dir / "etcd.log")
+        p.port, p.url = port, url
+        self._etcd_urls = (url,)
+        self._procs.insert(0, p)
+        await self._spawn(p)
+        await self._wait_etcd_ready(p, deadline)
+
+    async def _wait_etcd_ready(self, p: _Proc, deadline: float) -> None:
+        import aiohttp  # noqa: PLC0415 - see _http_errors
+
+        errors = _http_errors()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0)) as session:
+            while True:
+                if not p.running:
+                    raise self._crash_error(p, "etcd exited before it was ready")
+                with contextlib.suppress(*errors):
+                    async with session.get(f"{p.url}/health") as resp:
+                        if resp.status == 200:
+                            return
+                if time.monotonic() >= deadline:
+                    raise MeshError(f"{p.describe()} did not answer {p.url}/health with 200 within "
+                                    f"{self.spec.start_timeout:.1f} s\n--- {p.log_path} (tail) ---\n"
+                                    f"{log_tail(p.log_path)}")
+                await asyncio.sleep(_POLL_INTERVAL * 5)
+
     async def _spawn(self, p: _Proc, *, append: bool = False) -> None:
         if p.component == APISERVER:
-            p.argv = self._apiserver_argv()
+            p.argv = self._apiserver_argv(p)
         p.expected_exit = False
-        p.url = self.apiserver_url if p.component == APISERVER else None
-        p.port = self._port if p.component == APISERVER else None
+        if p.component not in (APISERVER, ETCD):  # learnt again from its registration
+            p.url = p.port = None
         env = self._env()
         if p.proc is not None and p.proc.returncode is not None:  # a restart: the new run reports the old one's end
             env[LAST_EXIT_ENV] = str(exit_code_of(p.proc.returncode))
@@ -819,11 +959,12 @@ class Mesh:
     async def _wait_apiserver_ready(self, p: _Proc, deadline: float) -> None:
         import aiohttp  # noqa: PLC0415 - see _http_errors
 
-        url = f"{self.apiserver_url}/readyz"
+        url = f"{p.url}/readyz"
         errors = _http_errors()
         while True:
             if not p.running:
-                raise self._crash_error(p, "the apiserver exited before it was ready")
+                who = "the apiserver" if p.name == APISERVER else p.name
+                raise self._crash_error(p, f"{who} exited before it was ready")
             try:
                 async with self._http().get(url, headers=self.endpoint.headers(component="launcher"),
                                             timeout=aiohttp.ClientTimeout(total=1.0)) as resp:
@@ -832,13 +973,13 @@ class Mesh:
             except errors:
                 pass
             if time.monotonic() >= deadline:
-                raise MeshError(f"the apiserver ({p.describe()}) did not answer {url} with 200 within "
+                raise MeshError(f"{p.describe()} did not answer {url} with 200 within "
                                 f"{self.spec.start_timeout:.1f} s\n--- {p.log_path} (tail) ---\n"
                                 f"{log_tail(p.log_path)}")
             await asyncio.sleep(_POLL_INTERVAL)
 
     async def _wait_started(self, deadline: float) -> None:
-        others = [p for p in self._procs if p.component != APISERVER]
+        others = [p for p in self._procs if p.component not in (APISERVER, ETCD)]
         if not self.spec.wait_registered:
             others = []
         await asyncio.gather(self._wait_nodes(deadline), self._wait_registered(others, deadline))
@@ -983,6 +1124,8 @@ class Mesh:
             "kind": "Mesh",
             "launcher": {"pid": os.getpid(), "startTicks": process_start_ticks(os.getpid())},
             "apiserver": self.apiserver_url,
+            "apiservers": self.apiserver_urls,
+            "etcd": list(self.etcd_endpoints),
             "stateDir": str(self.state_dir),
             "kubeconfig": str(self.kubeconfig_path),
             "tokenFile": str(self.token_path) if self.token is not None else None,
@@ -993,12 +1136,26 @@ class Mesh:
                  "pid": p.proc.pid if p.proc is not None else None,
                  "startTicks": p.start_ticks, "running": p.running, "port": p.port, "url": p.url,
                  "log": str(p.log_path), "argv": p.argv,
+                 **({"apiserver": p.apiserver.name} if p.apiserver is not None else {}),
                  **({"nodes": p.plan.nodes, "nodeOffset": p.plan.node_offset, "zone": p.plan.zone}
                     if p.plan else {})}
                 for p in self._procs
             ],
         }
         write_state(self.state_dir, doc)
+
+
+def _apiserver_name(index: int) -> str:
+    """The process name of apiserver number `index`: `apiserver`, `apiserver-1`, `apiserver-2`, ..."""
+    return APISERVER if index == 0 else f"{APISERVER}-{index}"
+
+
+def etcd_binary() -> str | None:
+    """The etcd server a mesh starts for `store="etcd"` (Debian's, which `scripts/etcd-setup` installs), or None."""
+    found = shutil.which("etcd")
+    if found:
+        return found
+    return "/usr/bin/etcd" if Path("/usr/bin/etcd").exists() else None
 
 
 def _port_of(url: str | None) -> int | None:

@@ -159,6 +159,14 @@ def _configure_up(parser: argparse.ArgumentParser) -> None:
                         help="how nodes watch their pods: per-node (a watch per node, as real kubelets), shared "
                              "(one per kubelet process), or auto (default): shared for a process hosting more than "
                              "1,000 nodes")
+    parser.add_argument("--store", choices=("memory", "etcd"), default="memory",
+                        help="where the objects live: memory (default: the apiserver process) or etcd (an etcd of the "
+                             "mesh's own unless --etcd-endpoints names one; the apiserver keeps a watch cache)")
+    parser.add_argument("--etcd-endpoints", type=name_list, default=(), metavar="URL[,URL]",
+                        help="client URLs of an existing etcd for --store etcd (default: one in <state-dir>/etcd)")
+    parser.add_argument("--apiservers", type=positive_int, default=1,
+                        help="apiserver processes over one etcd (needs --store etcd; default 1); each other component "
+                             "talks to one of them, round robin")
     parser.add_argument("--port", type=int, default=0, help="apiserver port (default: a free one)")
     parser.add_argument("--persist", action="store_true",
                         help="keep the apiserver's objects in <state-dir>/data across its restarts")
@@ -201,7 +209,8 @@ def _run_up(args: argparse.Namespace) -> Awaitable[int]:
             state_dir=args.state_dir, components=args.components, node_prefix=args.node_prefix,
             capacity=args.capacity, apiserver_port=args.port, persist=args.persist, runtime=args.runtime,
             log_level=args.log_level, start_timeout=args.timeout, eager=args.eager, stagger=args.stagger,
-            wait_registered=args.wait_registered, pod_watch=args.pod_watch, **kwargs)
+            wait_registered=args.wait_registered, pod_watch=args.pod_watch, store=args.store,
+            etcd_endpoints=tuple(args.etcd_endpoints), apiservers=args.apiservers, **kwargs)
     except ValueError as exc:
         print(f"kubemesh up: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
@@ -277,6 +286,8 @@ def _print_ready(mesh: Mesh, *, seconds: float) -> None:
     nodes = sum(p.nodes for p in mesh.processes)
     kc = mesh.kubeconfig_path
     print(f"kubemesh: {nodes} nodes Ready in {seconds:.2f} s (wall, from start to every node Ready)")
+    if len(mesh.apiserver_urls) > 1:
+        print(f"apiservers: {', '.join(mesh.apiserver_urls)} (the kubeconfig names the first)")
     print(f"apiserver: {mesh.apiserver_url}  clock rate: {mesh.spec.clock_rate:g}  profile: {mesh.spec.profile}  "
           f"bugs: {','.join(mesh.spec.bugs) or 'none beyond the profile'}")
     rows = [["NAME", "PID", "PORT", "LOG"]] + [
@@ -369,7 +380,8 @@ async def _run_status(args: argparse.Namespace) -> int:
     for p in doc.get("processes") or []:
         alive = isinstance(p.get("pid"), int) and pid_alive(p["pid"], p.get("startTicks"))
         procs.append({"name": p.get("name"), "component": p.get("component"), "pid": p.get("pid"),
-                      "alive": alive, "port": p.get("port"), "url": p.get("url"), "log": p.get("log")})
+                      "alive": alive, "port": p.get("port"), "url": p.get("url"), "log": p.get("log"),
+                      **({"apiserver": p["apiserver"]} if p.get("apiserver") else {})})
     launcher = doc.get("launcher") or {}
     launcher_alive = isinstance(launcher.get("pid"), int) and pid_alive(launcher["pid"],
                                                                         launcher.get("startTicks"))
@@ -399,10 +411,11 @@ async def _run_status(args: argparse.Namespace) -> int:
     print(f"mesh: {state_dir}  apiserver: {doc.get('apiserver')}  "
           f"{'healthy' if healthy else 'DEGRADED'}")
     print(f"launcher: pid {launcher.get('pid')} {'alive' if launcher_alive else 'gone'}")
-    rows = [["NAME", "PID", "STATE", "PORT", "URL"]] + [
+    several = len(doc.get("apiservers") or ()) > 1  # which apiserver each component talks to matters
+    rows = [["NAME", "PID", "STATE", "PORT", "URL", *(["APISERVER"] if several else [])]] + [
         [str(p["name"]), str(p["pid"]), "alive" if p["alive"] else "DEAD" if p["pid"] is not None
          else "not started", str(p["port"] or "-"),
-         str(p["url"] or "-")] for p in procs]
+         str(p["url"] or "-"), *([str(p.get("apiserver") or "-")] if several else [])] for p in procs]
     _print_table(rows, out=sys.stdout)
     if api_error:
         print(f"nodes: unknown (apiserver: {api_error})")
