@@ -27,12 +27,27 @@ loses a race is dropped with a warning (nothing can re-run it); registry hooks (
 allocation) run when a write is staged on this apiserver, not when another apiserver's write
 arrives through the watch (the CRD lifecycle also follows committed changes:
 `Establishing.applied`). A watch compacted past (the cache fell behind) relists.
+
+* **Consistent reads.** A list without a resourceVersion must see every write committed before
+  it, whichever apiserver made it (`consistent_list`): it reads etcd's current revision R; a
+  cache that has applied R serves it, else the list is read from etcd at R. That is
+  kube-apiserver's behaviour on an etcd older than 3.4.31/3.5.13 (Debian's 3.4.23 here), where
+  consistent reads are not served from the cache (ConsistentListFromCache needs etcd's fixed
+  progress notifications). A list with resourceVersion "0" is whatever the cache holds.
+* **A lagging cache (chaos).** `set_lag` makes the cache apply etcd's changes (progress
+  notifications included, in order) a number of cluster seconds after they arrive, or not at
+  all until the lag ends: the `apiserver.watchCacheLag` fault, an HA control plane's apiserver
+  whose watch fell behind (kubernetes#59848). While it lags, this apiserver's writes are answered
+  from etcd's result without waiting for the cache to apply them (as kube-apiserver always
+  answers), so a read through it may not see its own write; lists with resourceVersion "0" and
+  watches serve the old state, consistent lists do not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from typing import Final
@@ -47,10 +62,12 @@ from kubemesh.apiserver.etcdstore import (
     Progress,
     StorageError,
     Unavailable,
+    WatchEvent,
     decode_object,
     encode_object,
 )
 from kubemesh.apiserver.storage import Staged, Store
+from kubemesh.services.machinery.clock import Clock, ClusterClock, wait_event
 from kubemesh.services.model.kinds import Kind, KindTable, Obj, key_of
 
 log = structlog.get_logger("apiserver.etcdcache")
@@ -129,8 +146,15 @@ class CacheStore(Store):
 class EtcdCache:
     """Feeds a `Store` from an etcd watch and commits the writes it stages (see the module docstring)."""
 
-    def __init__(self, *, etcd: EtcdStore, store: Store, revision: int, compaction_interval: float = 300.0) -> None:
+    def __init__(self, *, etcd: EtcdStore, store: Store, revision: int, compaction_interval: float = 300.0,
+                 clock: Clock | None = None) -> None:
         self.etcd = etcd
+        self.clock: Clock = clock if clock is not None else ClusterClock()
+        self._lag: float | None = 0.0
+        """Cluster seconds between a change's arrival and its application (None: held until the lag ends)."""
+        self._held: deque[tuple[float, WatchEvent | Progress]] = deque()
+        """Changes waiting for their time under a lag, with when they arrived (cluster time), in order."""
+        self._held_kick = asyncio.Event()
         self.compaction_interval = compaction_interval
         self.store = store
         self._from = revision + 1
@@ -165,7 +189,8 @@ class EtcdCache:
         self._kinds = kinds
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._follow(), name="etcd-watch"),
-                       loop.create_task(self._commit_queued(), name="etcd-queued-writes")]
+                       loop.create_task(self._commit_queued(), name="etcd-queued-writes"),
+                       loop.create_task(self._release_held(), name="etcd-watch-lag")]
         if self.compaction_interval > 0:
             self._tasks.append(loop.create_task(self._compact(), name="etcd-compactor"))
 
@@ -237,7 +262,8 @@ class EtcdCache:
                     continue
                 raise Retry(staged=s, revision=revision) from exc
             last = s.revision
-        await self.applied(last)
+        if not self.lagging:  # a lagging cache (chaos) may not have it for long: answered from etcd's result
+            await self.applied(last)
         return lost
 
     async def applied(self, revision: int) -> None:
@@ -298,6 +324,78 @@ class EtcdCache:
             except StorageError as exc:
                 log.warning("etcd compaction failed; retried next interval", error=str(exc))
 
+    # ------------------------------------------------------------------------------ consistent reads
+
+    async def consistent_list(self, *, kind: Kind, namespace: str | None) -> tuple[int, list[Obj] | None]:
+        """A list that sees every committed write: (etcd's revision R, objects read from etcd at R, or None).
+
+        None: the cache has applied R and serves the list; else the objects of `kind` (in
+        `namespace`) as etcd has them at R. `StorageError` when etcd fails.
+        """
+        revision = await self.etcd.current_revision()
+        if self.store.revision >= revision and not self.lagging:
+            return revision, None
+        return revision, await self.read(kind=kind, namespace=namespace, revision=revision)
+
+    async def read(self, *, kind: Kind, namespace: str | None, revision: int) -> list[Obj]:
+        """Every object of `kind` (in `namespace`) as etcd had it at `revision`, read from etcd (paged)."""
+        prefix = f"{self._prefix}{kind.resource}/{namespace + '/' if namespace and kind.namespaced else ''}".encode()
+        out: list[Obj] = []
+        page = await self.etcd.list(prefix=prefix, revision=revision, limit=LIST_PAGE)
+        while True:
+            out.extend(decode_object(kv) for kv in page.kvs)
+            if page.continue_from is None:
+                return out
+            page = await self.etcd.list(prefix=prefix, revision=revision, limit=LIST_PAGE,
+                                        continue_from=page.continue_from)
+
+    # ------------------------------------------------------------------------------ lag (chaos)
+
+    @property
+    def lagging(self) -> bool:
+        """Whether the cache is made to lag (or still holds changes from a lag that ended)."""
+        return self._lag != 0.0 or bool(self._held)
+
+    def set_lag(self, seconds: float | None) -> None:
+        """Apply changes `seconds` of cluster time after they arrive (None: hold them; 0: at once).
+
+        Held changes are applied in order once their time comes, or at once when the lag is set
+        back to 0.
+        """
+        self._lag = seconds
+        self._held_kick.set()
+
+    def _arrived(self, item: WatchEvent | Progress) -> None:
+        if self._lag == 0.0 and not self._held:
+            self._apply(item)
+            return
+        self._held.append((self.clock.now(), item))
+        self._held_kick.set()
+
+    async def _release_held(self) -> None:
+        while True:
+            await self._held_kick.wait()
+            self._held_kick.clear()
+            while self._held and self._lag is not None:
+                arrived, item = self._held[0]
+                wait = arrived + self._lag - self.clock.now()
+                if wait > 0:
+                    if await wait_event(self.clock, self._held_kick, at_most=wait):
+                        self._held_kick.clear()  # the lag changed, or more arrived: look again
+                    continue
+                self._held.popleft()
+                self._apply(item)
+
+    def _apply(self, item: WatchEvent | Progress) -> None:
+        if isinstance(item, Progress):
+            self.store.advance(item.revision)
+            return
+        resource, key = _split(item.kv.key[len(self._prefix):].decode())
+        assert self._kinds is not None
+        kind = self._kinds.by_resource(resource)
+        obj = decode_object(item.kv) if item.type == "PUT" else None
+        self.store.apply(kind=kind, resource=resource, key=key, obj=obj, rv=item.revision)
+
     # ------------------------------------------------------------------------------ the watch
 
     async def _follow(self) -> None:
@@ -306,14 +404,7 @@ class EtcdCache:
             watch = self.etcd.watch(prefix=self._prefix.encode(), start_revision=start)
             try:
                 async for item in watch:
-                    if isinstance(item, Progress):
-                        self.store.advance(item.revision)
-                        continue
-                    resource, key = _split(item.kv.key[len(self._prefix):].decode())
-                    assert self._kinds is not None
-                    kind = self._kinds.by_resource(resource)
-                    obj = decode_object(item.kv) if item.type == "PUT" else None
-                    self.store.apply(kind=kind, resource=resource, key=key, obj=obj, rv=item.revision)
+                    self._arrived(item)
             except Unavailable as exc:
                 log.warning("etcd watch lost; resuming", resume=watch.resume_revision, error=str(exc))
                 await asyncio.sleep(0.5)
@@ -342,6 +433,7 @@ class EtcdCache:
         """
         revision, objects = await self.load(self.etcd)
         assert self._kinds is not None
+        self._held.clear()  # what a lag held is older than the list
         fresh = {(resource, key_of(obj)): obj for resource, obj in objects}
         changed = [(int(obj["metadata"]["resourceVersion"]), resource, key, obj)
                    for (resource, key), obj in fresh.items()

@@ -119,6 +119,14 @@ class Snapshots:
         self._size = size
         self._memo: OrderedDict[tuple[str, ...], tuple[list[Obj], list[str]]] = OrderedDict()
 
+    def __contains__(self, name: tuple[str, ...]) -> bool:
+        return name in self._memo
+
+    def put(self, name: tuple[str, ...], items: list[Obj]) -> None:
+        """Memoise `items` (sorted here) as the snapshot named `name`."""
+        self._memo.pop(name, None)
+        self.get(name, lambda: items)
+
     def get(self, name: tuple[str, ...], build: Callable[[], list[Obj]]) -> tuple[list[Obj], list[str]]:
         """The snapshot named `name` (built by `build`, then sorted by key, if it is not memoised)."""
         hit = self._memo.get(name)

@@ -84,7 +84,7 @@ def build_app(core: ApiserverCore) -> web.Application:
     webhooks = core.webhooks
     api = Api(registry=core.registry, hub=hub, targets=core.targets, discovery=core.discovery, openapi=core.openapi,
               admitting=Admitting(registry=core.registry, webhooks=webhooks), authenticator=core.authenticator,
-              authorizer=core.authorizer, request_checks=core.request_checks)
+              authorizer=core.authorizer, request_checks=core.request_checks, etcd=core.etcd)
     pod_streams = PodStreams(registry=core.registry, kubelet_of=core.components.kubelet_of, token=settings.token)
     api.pod_streams.update(pod_streams.handlers())
     authenticator, authorizer = core.authenticator, core.authorizer
@@ -381,7 +381,7 @@ async def serve(settings: ServerSettings, *, stop: asyncio.Event | None = None) 
         revision, objects = await EtcdCache.load(etcd)
         store = CacheStore(backend=Preloaded(revision=revision, objects=objects))
         cache = EtcdCache(etcd=etcd, store=store, revision=revision,
-                          compaction_interval=settings.etcd_compaction_interval)
+                          compaction_interval=settings.etcd_compaction_interval, clock=clock)
         log.info("etcd storage", endpoints=",".join(settings.etcd_endpoints), revision=revision, objects=len(objects))
     core = assemble(settings, store=store, etcd=cache, clock=clock, signing_key=signing_key)
     if cache is not None:

@@ -20,7 +20,7 @@ import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 import yaml
@@ -32,6 +32,7 @@ from kubemesh.apiserver.admitting import Admitting
 from kubemesh.apiserver.authn import Authenticator
 from kubemesh.apiserver.customresources import objects as customobjects
 from kubemesh.apiserver.discovery import Discovery
+from kubemesh.apiserver.etcdstore import StorageError
 from kubemesh.apiserver.openapi import OPENAPI_V2_CONTENT_TYPE, OpenApi
 from kubemesh.apiserver.rbac import ADMIN, ASKED, USER, Attributes, Authorizer, User
 from kubemesh.apiserver.registry import DeleteOptions, Registry, WriteOptions, patch_media_types, select
@@ -55,6 +56,9 @@ from kubemesh.services.model.selectors import (
     parse_field_selector,
     parse_label_selector,
 )
+
+if TYPE_CHECKING:
+    from kubemesh.apiserver.etcdcache import EtcdCache
 
 MAX_BODY: Final = 3 * 1024 * 1024
 MAX_WATCH_TIMEOUT: Final = 30 * 24 * 3600
@@ -665,13 +669,20 @@ class TransportSink:
         self._transport.abort()
 
 
+FRESH_WAIT: Final = 3.0
+"""Wall seconds a watch from a revision the etcd watch cache has not applied waits for it (kube's cacher's)."""
+
+
 class Api:
     """The request handlers, bound to one registry and one watch hub."""
 
     def __init__(self, *, registry: Registry, hub: WatchHub, targets: Targets, discovery: Discovery,
                  openapi: OpenApi, admitting: Admitting | None = None, authenticator: Authenticator | None = None,
-                 authorizer: Authorizer | None = None, request_checks: Sequence[RequestCheck] = ()) -> None:
+                 authorizer: Authorizer | None = None, request_checks: Sequence[RequestCheck] = (),
+                 etcd: EtcdCache | None = None) -> None:
         self.registry = registry
+        self.etcd = etcd
+        """`--storage etcd`: consistent lists read etcd's revision, and etcd itself when the cache lags it."""
         self.request_checks = tuple(request_checks)
         """Run after authorization on every resource request (`RequestCheck`)."""
         self.authenticator = authenticator
@@ -791,7 +802,7 @@ class Api:
             if method == "GET":
                 if target.watch or flag(request.query.get("watch")):
                     return await self.watch(request, target)
-                return self.list_collection(request, target)
+                return await self.list_collection(request, target)
             if method == "POST":
                 if target.kind is BINDINGS:
                     return await self.create_binding(request, target)
@@ -827,7 +838,7 @@ class Api:
                 include_object=include_object(request)))
         return render(request, obj)
 
-    def list_collection(self, request: web.Request, t: Target) -> web.Response:
+    async def list_collection(self, request: web.Request, t: Target) -> web.Response:
         """LIST with selectors, paged by `limit` and `continue` (see `paging`), at a revision the query names."""
         q = request.query
         match, rv_text, token = q.get("resourceVersionMatch", ""), q.get("resourceVersion", ""), q.get("continue", "")
@@ -862,7 +873,25 @@ class Api:
             at = int(rv_text)
             if at > current:
                 raise errors.too_large_resource_version(at, current)
-        paged = token != "" or (limit > 0 and rv_text != "0")
+        if self.etcd is not None and rv_text == "" and not token:
+            # A consistent list (no resourceVersion): at etcd's revision now, whichever apiserver
+            # wrote last; read from etcd when this cache has not applied it (etcdcache).
+            try:
+                at, read = await self.etcd.consistent_list(kind=t.kind, namespace=t.namespace)
+            except StorageError as exc:
+                raise errors.storage_failure(str(exc)) from exc
+            if read is None:
+                at = None  # the cache has it: served as in memory mode
+            else:
+                self._remember(t, q, at, select(read, namespace=t.namespace, labels=labels, fields=fields))
+        elif self.etcd is not None and at is not None and at > current:
+            # A continue page of a list read from etcd, or an exact revision this cache has not reached.
+            try:
+                read = await self.etcd.read(kind=t.kind, namespace=t.namespace, revision=at)
+            except StorageError as exc:
+                raise errors.storage_failure(str(exc)) from exc
+            self._remember(t, q, at, select(read, namespace=t.namespace, labels=labels, fields=fields))
+        paged = token != "" or (limit > 0 and rv_text != "0") or at is not None
         if not paged and at is None:
             items, rv = self.registry.list_objects(t.kind, namespace=t.namespace, labels=labels, fields=fields)
             remaining, next_token = 0, None
@@ -887,12 +916,17 @@ class Api:
         return render(request, {"kind": list_kind(t.kind), "apiVersion": t.kind.api_version,
                                 "metadata": meta, "items": items})
 
+    def _remember(self, t: Target, q: Any, rv: int, items: list[Obj]) -> None:
+        """Memoise a list read from etcd at `rv` as the snapshot `_snapshot` finds for that revision."""
+        name = (t.kind.resource, str(rv), t.namespace or "", q.get("labelSelector", ""), q.get("fieldSelector", ""))
+        self.snapshots.put(name, items)
+
     def _snapshot(self, t: Target, q: Any, labels: LabelSelector | None, fields: FieldSelector | None, *,
                   rv: int, token: str, start: str | None) -> tuple[list[Obj], list[str]]:
         """The list at revision `rv`, sorted by key (memoised; 410 when `rv` has left the watch window)."""
         current = self.registry.store.revision
         name = (t.kind.resource, str(rv), t.namespace or "", q.get("labelSelector", ""), q.get("fieldSelector", ""))
-        if rv >= current:
+        if rv >= current or (self.etcd is not None and name in self.snapshots):  # (a list read from etcd at rv)
             return self.snapshots.get(name, lambda: self.registry.list_objects(
                 t.kind, namespace=t.namespace, labels=labels, fields=fields)[0])
         try:
@@ -928,6 +962,15 @@ class Api:
         enc = response_encoding(request)
         if t.name is not None:
             raise errors.method_not_allowed("watch a single object with fieldSelector=metadata.name=<name>")
+        since = q.get("resourceVersion", "")
+        if self.etcd is not None and since.isdigit() and int(since) > self.registry.store.revision:
+            # From a revision this cache has not applied yet (a list read from etcd, another
+            # apiserver's write): wait for it as kube-apiserver's cacher does, else 504.
+            store = self.registry.store
+            try:
+                await asyncio.wait_for(store.wait_applied(int(since)), FRESH_WAIT)
+            except TimeoutError:
+                raise errors.too_large_resource_version(int(since), store.revision) from None
         resp = web.StreamResponse(status=200, headers={"Content-Type": codec.content_type(enc),
                                                        "Cache-Control": "no-cache, private"})
         if request.version >= HttpVersion11:

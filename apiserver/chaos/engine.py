@@ -129,6 +129,18 @@ class ChaosEngine:
         self.requests_active = any(t in active for t in REQUEST_TYPES)
         self.triggered = [f for f in self.faults.values() if f.live and f.spec.triggers]
         self._sync_rbac(active)
+        self._sync_apiserver(active)
+
+    def _sync_apiserver(self, active: dict[str, list[Fault]]) -> None:
+        """Hand the active watch-cache lag to the etcd watch cache: the longest delay, or frozen if one has none."""
+        cache = self.core.etcd
+        if cache is None:
+            return
+        lags = active.get("apiserver.watchCacheLag", ())
+        delays = [f.spec.params.get("delay") for f in lags]
+        lag: float | None = 0.0 if not lags else None if None in delays else max(float(d or 0) for d in delays)
+        if cache.lagging or lag != 0.0:
+            cache.set_lag(lag)
 
     def _sync_rbac(self, active: dict[str, list[Fault]]) -> None:
         """Hand the active RBAC faults to the authorizer and the authenticator (they act on every request)."""
@@ -202,6 +214,14 @@ class ChaosEngine:
             causes.append({"field": fld, "message": msg, "reason": "FieldValueNotFound"})
 
         cat = spec.category
+        if cat == "apiserver":
+            if self.core.etcd is None:
+                bad_value = {"field": "type", "reason": "FieldValueNotSupported", "message": (
+                    f"{spec.type} needs an apiserver over etcd (--storage etcd; kubemesh up --store etcd): in memory "
+                    "the store is the apiserver's own and has no watch cache to lag (reads.stale serves a client an "
+                    "old view instead)")}
+                causes.append(bad_value)
+            return causes
         if cat == "node":
             names = set(self._node_names())
             for n in t.nodes:

@@ -38,7 +38,7 @@ from typing import Any, Final, Literal
 
 from kubemesh.services.model.kinds import KINDS
 
-Category = Literal["request", "watch", "reads", "node", "component", "clock", "webhook", "rbac"]
+Category = Literal["request", "watch", "reads", "node", "component", "clock", "webhook", "rbac", "apiserver"]
 
 TYPES: Final[dict[str, Category]] = {
     "request.latency": "request",
@@ -76,6 +76,7 @@ TYPES: Final[dict[str, Category]] = {
     "webhook.unreachable": "webhook",
     "rbac.revokeBinding": "rbac",
     "rbac.rejectTokens": "rbac",
+    "apiserver.watchCacheLag": "apiserver",
 }
 """Every fault type and where it is enforced."""
 
@@ -442,6 +443,11 @@ def parse_target(raw: Any, causes: _Causes, *, category: Category) -> Target:
         if raw not in (None, {}):
             causes.add("target", "rbac faults take no target: name the binding or the user in params")
         return Target()
+    if category == "apiserver":
+        # The apiserver the fault is created on is its target (with several, create it on that one).
+        if raw not in (None, {}):
+            causes.add("target", "apiserver faults act on the apiserver they are created on: no target")
+        return Target()
     if not isinstance(raw, dict):
         causes.add("target", "required: an object with component, instance and/or node")
         return Target()
@@ -711,6 +717,10 @@ def _params(type_: str, raw: Any, causes: _Causes, match: Selector) -> dict[str,
                 p["rules"] = sorted(set(rules))
     elif type_ == "rbac.rejectTokens":
         text("user", required=True)
+    elif type_ == "apiserver.watchCacheLag":
+        allowed.add("delay")
+        if raw.get("delay") is not None:  # absent: the cache applies nothing until the fault ends
+            num("delay", strict=True)
     elif type_ == "clock.skew":
         allowed.add("seconds")
         p["seconds"] = _number(raw.get("seconds"), "params.seconds", causes, minimum=-1e12, required=True)

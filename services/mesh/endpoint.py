@@ -193,7 +193,11 @@ class MeshEndpoint:
             elif path.is_file():
                 kubeconfig, url = path, None
             else:
-                raise EndpointError(f"{url}: neither an apiserver URL, nor a kubeconfig, nor a state folder")
+                named = cls._apiserver_named(url, state_dir)
+                if named is None:
+                    raise EndpointError(f"{url}: neither an apiserver URL, nor a kubeconfig, nor a state folder, "
+                                        "nor the name of one of the mesh's apiservers")
+                return named
         if url is not None:
             return cls.from_url(url, token=token, token_file=token_file, ca_file=ca_file)
         if token is None and token_file is not None:
@@ -212,6 +216,21 @@ class MeshEndpoint:
         if env_url:
             return cls.from_url(env_url, token=token, ca_file=ca_file)
         raise EndpointError("no mesh named: pass --state-dir, --kubeconfig or --apiserver")
+
+    @classmethod
+    def _apiserver_named(cls, name: str, state_dir: Path | None) -> MeshEndpoint | None:
+        """One apiserver of a mesh of several (`apiserver-1`), by its process name in the state folder's mesh.json."""
+        if state_dir is None:
+            return None
+        folder = state_dir
+        doc = read_state(folder)
+        urls = [p.get("url") for p in (doc or {}).get("processes") or []
+                if isinstance(p, dict) and p.get("name") == name and p.get("component") == "apiserver"]
+        if not urls or not isinstance(urls[0], str):
+            return None
+        mesh = cls.from_state_dir(folder)
+        return MeshEndpoint(url=urls[0], token=mesh.token, ca_pem=mesh.ca_pem, insecure=mesh.insecure,
+                            kubeconfig=None, source=f"{name} of {folder}")
 
     def with_token(self, token: str | None) -> MeshEndpoint:
         """The same mesh with another bearer token."""

@@ -91,7 +91,9 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     add_state_dir(g)
     g.add_argument("--kubeconfig", type=Path, default=None, help="reach the mesh this kubeconfig names")
     g.add_argument("--context", default=None, help="the kubeconfig's context (default: its current-context)")
-    g.add_argument("--apiserver", default=None, help="the apiserver's URL (with --token-file and --ca-file)")
+    g.add_argument("--apiserver", default=None,
+                   help="the apiserver's URL (with --token-file and --ca-file), or the name of one of the mesh's "
+                        "apiservers (apiserver-1) with several")
     g.add_argument("--token-file", type=Path, default=None, help="a file holding the bearer token")
     g.add_argument("--ca-file", type=Path, default=None, help="the CA certificate of an https apiserver")
 
