@@ -136,6 +136,8 @@ class ApiserverCore:
     etcd: EtcdCache | None = None
     """`--storage etcd`: what feeds the store from etcd and commits its staged writes."""
     start_steps: list[tuple[str, Callable[[], object]]] = field(default_factory=list)
+    apiservers: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+    """Over etcd: every apiserver of the cluster (`kubemesh.apiserver.sharedstate`); None: this one alone."""
     """In etcd mode, the start-up steps that write, for `serve` to run and commit one by one (else empty)."""
 
 

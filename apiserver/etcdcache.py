@@ -40,7 +40,9 @@ arrives through the watch (the CRD lifecycle also follows committed changes:
   whose watch fell behind (kubernetes#59848). While it lags, this apiserver's writes are answered
   from etcd's result without waiting for the cache to apply them (as kube-apiserver always
   answers), so a read through it may not see its own write; lists with resourceVersion "0" and
-  watches serve the old state, consistent lists do not.
+  watches serve the old state, consistent lists do not. A write that loses its compare against
+  the stale cache runs again reading that key from etcd (`FRESH`), as GuaranteedUpdate re-reads
+  the current state from etcd on a conflict, instead of waiting for the cache.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from kubemesh.apiserver.etcdstore import (
     Compacted,
     Conflict,
     EtcdStore,
+    KeyValue,
     Progress,
     StorageError,
     Unavailable,
@@ -83,13 +86,20 @@ N rounds: the bound only keeps a pathological loop from holding a request foreve
 LIST_PAGE: Final = 1000
 
 
+FRESH: ContextVar[dict[tuple[str, str], Obj | None] | None] = ContextVar("kubemesh_etcd_fresh", default=None)
+"""For a request run again after a conflict while the cache lags: the keys read from etcd instead of the
+cache ((resource, key) -> the object, None when it is gone), as GuaranteedUpdate re-reads them."""
+
+
 class Retry(Exception):
     """A staged write lost its compare: run the request again once the cache has applied `revision`."""
 
-    def __init__(self, *, staged: Staged, revision: int) -> None:
+    def __init__(self, *, staged: Staged, revision: int, current: KeyValue | None = None) -> None:
         super().__init__(f"{staged.kind.resource} {staged.key}: changed at revision {revision}")
         self.staged = staged
         self.revision = revision
+        self.current = current
+        """The key's kv in etcd that made the compare fail (None: the key is gone)."""
 
 
 class Preloaded:
@@ -133,14 +143,27 @@ class CacheStore(Store):
     pending: Callable[[], list[Staged]] = staticmethod(lambda: [])
 
     def get(self, kind: Kind, key: str) -> Obj | None:
-        """The object at `key` as this apiserver's uncommitted writes leave it, else as the cache has it."""
+        """The object at `key` as this apiserver's uncommitted writes leave it, else as the cache has it.
+
+        (Or, in a request run again after a conflict while the cache lags, as etcd has it: `FRESH`.)
+        """
         pending = self.pending()
         if pending:
             resource = kind.resource
             for s in reversed(pending):
                 if s.key == key and s.kind.resource == resource:
                     return s.obj
+        fresh = FRESH.get()
+        if fresh is not None and (kind.resource, key) in fresh:
+            return fresh[(kind.resource, key)]
         return super().get(kind, key)
+
+    def basis(self, kind: Kind, key: str) -> Obj | None:
+        """The cache's state of `key`, or etcd's in a request run again after a conflict while the cache lags."""
+        fresh = FRESH.get()
+        if fresh is not None and (kind.resource, key) in fresh:
+            return fresh[(kind.resource, key)]
+        return super().basis(kind, key)
 
 
 class EtcdCache:
@@ -258,9 +281,9 @@ class EtcdCache:
                 # A key gone since: its deletion is at or below etcd's current revision.
                 revision = current.mod_revision if current is not None else await self.etcd.current_revision()
                 if i > 0:
-                    lost.append(Retry(staged=s, revision=revision))
+                    lost.append(Retry(staged=s, revision=revision, current=current))
                     continue
-                raise Retry(staged=s, revision=revision) from exc
+                raise Retry(staged=s, revision=revision, current=current) from exc
             last = s.revision
         if not self.lagging:  # a lagging cache (chaos) may not have it for long: answered from etcd's result
             await self.applied(last)
@@ -336,6 +359,12 @@ class EtcdCache:
         if self.store.revision >= revision and not self.lagging:
             return revision, None
         return revision, await self.read(kind=kind, namespace=namespace, revision=revision)
+
+    async def read_one(self, *, kind: Kind, namespace: str | None, name: str) -> Obj | None:
+        """One object as etcd has it now (None: absent)."""
+        key = f"{self._prefix}{kind.resource}/{namespace + '/' if namespace and kind.namespaced else ''}{name}"
+        kv = await self.etcd.get(key=key.encode())
+        return decode_object(kv) if kv is not None else None
 
     async def read(self, *, kind: Kind, namespace: str | None, revision: int) -> list[Obj]:
         """Every object of `kind` (in `namespace`) as etcd had it at `revision`, read from etcd (paged)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import signal
 from typing import Any, Final
@@ -36,8 +37,8 @@ from kubemesh.apiserver import chaos, errors, history_routes
 from kubemesh.apiserver.admitting import Admitting
 from kubemesh.apiserver.authn import impersonate
 from kubemesh.apiserver.core import ApiserverCore, Interceptor, assemble
-from kubemesh.apiserver.etcdcache import RETRIES, STAGE, CacheStore, EtcdCache, Preloaded, Retry
-from kubemesh.apiserver.etcdstore import EtcdSettings, EtcdStore, StorageError
+from kubemesh.apiserver.etcdcache import FRESH, RETRIES, STAGE, CacheStore, EtcdCache, Preloaded, Retry
+from kubemesh.apiserver.etcdstore import EtcdSettings, EtcdStore, StorageError, decode_object
 from kubemesh.apiserver.history import WRITER
 from kubemesh.apiserver.podstreams import PodStreams
 from kubemesh.apiserver.rbac import USER, Attributes, User
@@ -47,6 +48,7 @@ from kubemesh.apiserver.serving import (
     MAX_BODY,
     RESOURCE,
     RESPONSE_RV,
+    TARGET,
     VERB,
     WHAT,
     WRITTEN,
@@ -57,7 +59,7 @@ from kubemesh.apiserver.serving import (
     render,
     render_status,
 )
-from kubemesh.apiserver.settings import ServerSettings, apiserver_identity
+from kubemesh.apiserver.settings import ServerSettings, apiserver_identity, own_url
 from kubemesh.apiserver.sharedstate import SharedRegistry, shared_clock, shared_signing_key
 from kubemesh.apiserver.storage import Staged, Store, StoreWriteError
 from kubemesh.apiserver.watching import WatchHub
@@ -86,6 +88,17 @@ def build_app(core: ApiserverCore) -> web.Application:
               admitting=Admitting(registry=core.registry, webhooks=webhooks), authenticator=core.authenticator,
               authorizer=core.authorizer, request_checks=core.request_checks, etcd=core.etcd)
     pod_streams = PodStreams(registry=core.registry, kubelet_of=core.components.kubelet_of, token=settings.token)
+
+    async def apiservers(request: web.Request) -> web.Response:
+        """`GET /kubemesh/v1/apiservers`: {"items": [{"name", "url"}]}, every apiserver of the cluster."""
+        if core.apiservers is None:
+            items = [{"name": apiserver_identity(settings), "url": own_url(settings)}]
+        else:
+            try:
+                items = await core.apiservers()
+            except StorageError as exc:
+                raise errors.storage_failure(str(exc)) from exc
+        return render(request, {"items": items})
     api.pod_streams.update(pod_streams.handlers())
     authenticator, authorizer = core.authenticator, core.authorizer
     interceptors = core.interceptors
@@ -191,7 +204,7 @@ def build_app(core: ApiserverCore) -> web.Application:
     app.add_routes([
         web.get("/healthz", health), web.get("/livez", health), web.get("/readyz", health),
         web.get("/metrics", metrics_handler), web.get("/clock", clock_handler),
-        *history_routes.routes(history), *core.components.routes(),
+        *history_routes.routes(history), *core.components.routes(), web.get("/kubemesh/v1/apiservers", apiservers),
     ])
 
     async def compactor(app: web.Application) -> Any:
@@ -265,19 +278,41 @@ async def _committed(handler: Any, request: web.Request, *, etcd: EtcdCache, api
     fails in the registry with the usual 409.
     """
     lost: Retry | None = None
+    fresh: dict[tuple[str, str], Obj | None] = {}
     for _ in range(RETRIES):
         stage: list[Staged] = []
-        token = STAGE.set(stage)
+        token, fresh_token = STAGE.set(stage), FRESH.set(fresh or None)
         try:
             resp: web.StreamResponse = await handler(request)
+        except errors.StatusError as exc:
+            # A conflict found against a lagging cache (chaos) may be the cache's staleness, not the
+            # client's: GuaranteedUpdate then re-reads the object from etcd and tries again.
+            target = request.get(TARGET)
+            if exc.code != 409 or not etcd.lagging or target is None or target.name is None:
+                raise
+            ident = (target.kind.resource, f"{target.namespace}/{target.name}" if target.namespace else target.name)
+            if ident in fresh:
+                raise
+            try:
+                fresh[ident] = await etcd.read_one(kind=target.kind, namespace=target.namespace, name=target.name)
+            except StorageError as failed:
+                raise errors.storage_failure(str(failed)) from failed
+            request.pop(WRITTEN, None)
+            continue
         finally:
             STAGE.reset(token)
+            FRESH.reset(fresh_token)
         if not stage:
             return resp
         try:
             skipped = await etcd.commit(stage)
         except Retry as exc:  # the first write lost its compare, nothing is committed: run again
             lost = exc
+            if etcd.lagging:  # chaos: the cache may not have it for long; the key is read from etcd (FRESH)
+                fresh[(exc.staged.kind.resource, exc.staged.key)] = \
+                    decode_object(exc.current) if exc.current is not None else None
+                request.pop(WRITTEN, None)
+                continue
             try:
                 await etcd.applied(exc.revision)
             except StorageError as failed:
@@ -385,8 +420,11 @@ async def serve(settings: ServerSettings, *, stop: asyncio.Event | None = None) 
         log.info("etcd storage", endpoints=",".join(settings.etcd_endpoints), revision=revision, objects=len(objects))
     core = assemble(settings, store=store, etcd=cache, clock=clock, signing_key=signing_key)
     if cache is not None:
-        shared = SharedRegistry(etcd=cache.etcd, registry=core.components, apiserver=apiserver_identity(settings))
+        shared = SharedRegistry(etcd=cache.etcd, registry=core.components, apiserver=apiserver_identity(settings),
+                                url=own_url(settings))
+        await shared.announce()
         shared.start()
+        core = dataclasses.replace(core, apiservers=shared.apiservers)
         cache.start(core.kinds)
         for step, run_step in core.start_steps:  # each step reads what the steps before committed
             run_step()

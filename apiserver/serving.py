@@ -817,7 +817,7 @@ class Api:
             raise errors.method_not_allowed()
         if target.sub is None:
             if method == "GET":
-                return self.get(request, target)
+                return await self.get(request, target)
             if method == "PUT":
                 return await self.update(request, target)
             if method == "PATCH":
@@ -827,10 +827,21 @@ class Api:
             raise errors.method_not_allowed()
         return await self.subresource(request, target)
 
-    def get(self, request: web.Request, t: Target) -> web.Response:
+    async def get(self, request: web.Request, t: Target) -> web.Response:
         """GET one object (a one-row Table when kubectl asks for one)."""
         assert t.name is not None
-        obj = conversion.at_version(t.kind, self.registry.get(t.kind, t.namespace, t.name))
+        if self.etcd is not None and self.etcd.lagging and not request.query.get("resourceVersion"):
+            # A lagging cache (chaos) does not serve a consistent read: etcd does, as kube-apiserver
+            # serves every get without a resourceVersion.
+            try:
+                stored = await self.etcd.read_one(kind=t.kind, namespace=t.namespace, name=t.name)
+            except StorageError as exc:
+                raise errors.storage_failure(str(exc)) from exc
+            if stored is None:
+                raise errors.not_found(t.kind, t.name)
+        else:
+            stored = self.registry.get(t.kind, t.namespace, t.name)
+        obj = conversion.at_version(t.kind, stored)
         if tables.wants_table(request.headers.get("Accept")):
             return render(request, tables.to_table(
                 t.kind, [obj], now=self.registry.clock.now(),
@@ -1116,7 +1127,7 @@ class Api:
         method = request.method
         if t.sub == "status":
             if method == "GET":
-                return self.get(request, t)
+                return await self.get(request, t)
             if method == "PUT":
                 return await self.update(request, t, sub="status")
             if method == "PATCH":

@@ -80,6 +80,17 @@ class ServerSettings:
     `--no-system-pods` leaves kube-system empty (scenario meshes, which hold only their own objects)."""
 
 
+def own_url(settings: ServerSettings) -> str:
+    """How clients reach this apiserver: its scheme, advertised (else bound, else host) address and port."""
+    import socket  # noqa: PLC0415 - only for this rare case
+
+    address = settings.advertise_address or settings.host
+    if address in ("0.0.0.0", "::", ""):
+        address = socket.gethostname()
+    scheme = "https" if settings.tls_cert and settings.tls_key else "http"
+    return f"{scheme}://{address}:{settings.port}"
+
+
 def apiserver_identity(settings: ServerSettings) -> str:
     """The name of an apiserver among several over one etcd: `apiserver-<address>-<port>`.
 

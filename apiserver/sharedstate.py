@@ -23,6 +23,11 @@ talks to another see two clusters:
   per mirror pod. A copy is written only when the entry changed beyond its `registeredAt`, so the
   periodic re-registrations cost etcd nothing.
 
+* **The apiservers themselves** (`<prefix>.kubemesh/apiservers/<name>`: name and URL), written
+  at start and removed at a clean stop, listed by `GET /kubemesh/v1/apiservers` on any of them:
+  how a client or a scenario finds the other apiservers (to create a fault on one, or to send a
+  restarted component to it).
+
 `<prefix>.kubemesh/` is beside the objects' prefix (`/registry.kubemesh/` for `/registry`), not
 under it: the watch cache never sees these keys. Writes there still raise etcd's revision, as
 kube-apiserver's own leases and events do; watchers learn the new revision from progress
@@ -48,6 +53,7 @@ log = structlog.get_logger("kubemesh.apiserver.sharedstate")
 CLOCK: Final = "clock"
 SIGNING_KEY: Final = "service-account-signing-key"
 COMPONENTS: Final = "components/"
+APISERVERS: Final = "apiservers/"
 _RETRY_SECONDS: Final = 0.5
 
 
@@ -95,8 +101,9 @@ async def shared_signing_key(etcd: EtcdStore) -> bytes:
 class SharedRegistry:
     """Copies this apiserver's registrations to etcd and others' into its registry (see the module docstring)."""
 
-    def __init__(self, *, etcd: EtcdStore, registry: ComponentRegistry, apiserver: str) -> None:
+    def __init__(self, *, etcd: EtcdStore, registry: ComponentRegistry, apiserver: str, url: str) -> None:
         self._etcd = etcd
+        self._url = url
         self._registry = registry
         self._apiserver = apiserver
         self._prefix = shared_prefix(etcd) + COMPONENTS
@@ -108,6 +115,19 @@ class SharedRegistry:
         registry.apiserver = apiserver
         registry.publish = self._published
 
+    async def announce(self) -> None:
+        """Put this apiserver in the list of apiservers (`apiservers`)."""
+        await self._etcd.put(key=self._self_key(), value=orjson.dumps({"name": self._apiserver, "url": self._url}))
+
+    def _self_key(self) -> bytes:
+        return (shared_prefix(self._etcd) + APISERVERS + self._apiserver).encode()
+
+    async def apiservers(self) -> list[dict[str, Any]]:
+        """Every apiserver of the cluster (`{"name", "url"}`), by name."""
+        page = await self._etcd.list(prefix=(shared_prefix(self._etcd) + APISERVERS).encode())
+        docs = [orjson.loads(kv.value) for kv in page.kvs]
+        return sorted((d for d in docs if isinstance(d, dict)), key=lambda d: str(d.get("name")))
+
     def start(self) -> None:
         """Follow the other apiservers' registrations and write this one's in the background."""
         loop = asyncio.get_running_loop()
@@ -115,12 +135,14 @@ class SharedRegistry:
                        loop.create_task(self._write(), name="shared-registry-write")]
 
     async def close(self) -> None:
-        """Stop both tasks (what was not written yet is lost: components register again)."""
+        """Stop both tasks (what was not written yet is lost: components register again); leave the list."""
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        with contextlib.suppress(StorageError):
+            await self._etcd.remove(key=self._self_key())
 
     def _published(self, instance: str, entry: Entry | None) -> None:
         self._dirty[instance] = entry

@@ -926,7 +926,7 @@ class Store:
         """
         if self.stager is not None:
             key = key_of(obj)
-            prev = self._objects[kind.resource].get(key)
+            prev = self.basis(kind, key)
             expected = _rv_of(prev) if prev is not None else 0
             # Until the commit names its revision the object carries the one it replaces ("0":
             # none), so that the operation's own later reads of it compare as they would.
@@ -944,6 +944,10 @@ class Store:
         self._put(resource, key, obj, prev)
         self._publish(kind, event, obj, prev, rv)
         return obj
+
+    def basis(self, kind: Kind, key: str) -> Obj | None:
+        """In etcd mode, the state a staged write of `key` is compared with: the cache's (see `CacheStore`)."""
+        return self._objects[kind.resource].get(key)
 
     def remove(self, kind: Kind, key: str) -> Obj | None:
         """Remove an object; the DELETED event carries its final state at the new revision."""

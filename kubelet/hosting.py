@@ -37,7 +37,7 @@ from kubemesh.kubelet.settings import KubeletSettings
 from kubemesh.kubelet.watching import NodePodWatch, SharedPodWatch
 from kubemesh.services.machinery.client import AlreadyExistsError, ApiClient, ApiError, RetrySettings
 from kubemesh.services.machinery.clock import Clock
-from kubemesh.services.machinery.informing import Informer
+from kubemesh.services.machinery.informing import Informer, InformerSettings
 from kubemesh.services.model.codec import Encoding
 from kubemesh.services.model.kinds import NAMESPACES, NODES, Kind, Obj
 
@@ -81,9 +81,11 @@ class KubeletHost:
         self._connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
         s = self.settings
         hb_timeout = max(self.clock.to_wall(s.node_status_update_frequency), s.min_wall_timeout)
+        pod_informers = InformerSettings(first_list_from_cache=s.pods_first_list_from_cache)
         if s.pod_watch == "shared":
             self.shared = SharedPodWatch(client=self._client(instance=self.instance, rng=self.rng),
-                                         clock=self.clock, rng=random.Random(self.rng.getrandbits(64)))
+                                         clock=self.clock, rng=random.Random(self.rng.getrandbits(64)),
+                                         settings=pod_informers)
         if s.node_status_report_frequency is not None and \
                 s.node_status_report_frequency > s.node_status_update_frequency:
             self.node_view = Informer(self._client(instance=self.instance, rng=self.rng), NODES, clock=self.clock,
@@ -111,7 +113,7 @@ class KubeletHost:
             pods = self._client(instance=name, rng=node_rng)
             readers[name] = pods
             source: PodSource = self.shared.for_node(name) if self.shared is not None else \
-                NodePodWatch(client=pods, node=name, clock=self.clock, rng=node_rng)
+                NodePodWatch(client=pods, node=name, clock=self.clock, rng=node_rng, settings=pod_informers)
             self.nodes[name] = EmulatedNode(
                 identity=NodeIdentity(name=name, index=index, instance=self.instance,
                                       admin_port=self.admin_port),

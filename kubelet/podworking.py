@@ -215,7 +215,7 @@ class PodWorker:
             killed = list(entry.machine.running_containers)
             self._forget(key, entry, now)
             if killed:
-                await self._killing_events(entry.pod, killed, now=now)
+                await self._container_events(entry.pod, killed, reason="Killing", now=now)
             entry = None
         if pod is None:
             return None
@@ -238,14 +238,18 @@ class PodWorker:
             m.stop_delay = self.faults.stop_delay
         if deleting:
             m.terminate(now=now, grace=grace_of(pod))
+        before = set(m.running_containers)
         m.collect(now)
         m.advance(now)
+        started = [c for c in m.running_containers if c not in before]
         if m.terminal and not m.terminating:
             self.ips.release(m.pod_ip)
         status = m.status(now=now)
         if status != entry.written:
             await self._write_status(pod, status)
             entry.written = status
+        if started:
+            await self._container_events(pod, started, reason="Started", now=now)
         finished = m.wants_delete or (m.terminal and not m.running_containers)
         if deleting and finished and not entry.delete_sent:
             self.ips.release(m.pod_ip)
@@ -311,15 +315,17 @@ class PodWorker:
             log.bind(node=self.node).info("pod status not written", pod=f"{namespace_of(pod)}/{name_of(pod)}",
                            error=str(exc))
 
-    async def _killing_events(self, pod: Obj, containers: list[str], *, now: float) -> None:
+    async def _container_events(self, pod: Obj, containers: list[str], *, reason: str, now: float) -> None:
+        """A `Started` or `Killing` event per container, as the kubelet's event recorder writes them."""
         ns, name = namespace_of(pod), name_of(pod)
+        verb, tag = ("Started", "s") if reason == "Started" else ("Stopping", "")
         for i, container in enumerate(containers):
             event: Obj = {
                 "apiVersion": "v1", "kind": "Event",
-                "metadata": {"name": f"{name}.{int(now * 1e9):x}{i:02x}", "namespace": ns},
+                "metadata": {"name": f"{name}.{int(now * 1e9):x}{tag}{i:02x}", "namespace": ns},
                 "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name,
                                    "uid": uid_of(pod), "fieldPath": f"spec.containers{{{container}}}"},
-                "reason": "Killing", "message": f"Stopping container {container}", "type": "Normal",
+                "reason": reason, "message": f"{verb} container {container}", "type": "Normal",
                 "source": {"component": "kubelet", "host": self.node},
                 "reportingComponent": "kubelet", "reportingInstance": self.node,
                 "firstTimestamp": format_time(now), "lastTimestamp": format_time(now), "count": 1,

@@ -84,6 +84,7 @@ def settings_from_args(args: argparse.Namespace, *, bugs: Iterable[str] = ()) ->
         pod_watch=args.pod_watch, runtime=args.runtime, runtime_dir=args.runtime_dir,
         image_commands={k: tuple(v.split()) for k, _, v in (x.partition("=") for x in args.image_command)},
         register_concurrency=args.register_concurrency, no_node_lease="no-node-lease" in set(bugs),
+        pods_first_list_from_cache="pods-list-from-watch-cache" in set(bugs),
         eviction_hard=args.eviction_hard, eviction_soft=args.eviction_soft,
         eviction_soft_grace_period=args.eviction_soft_grace_period,
         eviction_pressure_transition_period=args.eviction_pressure_transition_period, max_pids=args.max_pids,

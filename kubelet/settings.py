@@ -149,6 +149,9 @@ class KubeletSettings:
     # Behaviour switches.
     no_node_lease: bool = False
     """The `no-node-lease` bug switch: no Lease; the NodeStatus update is the heartbeat."""
+    pods_first_list_from_cache: bool = False
+    """The `pods-list-from-watch-cache` bug switch: a node's pod informer starts from a list at
+    resourceVersion "0" (`InformerSettings.first_list_from_cache`), whatever the apiserver's cache holds."""
 
     def __post_init__(self) -> None:
         if self.nodes < 0:

@@ -24,25 +24,27 @@ from kubemesh.kubelet.nodes import PodSource
 from kubemesh.kubelet.podworking import PodView, PodWorker
 from kubemesh.services.machinery.client import ApiClient
 from kubemesh.services.machinery.clock import Clock
-from kubemesh.services.machinery.informing import INDEX_BY_NODE, Informer, index_pods_by_node
+from kubemesh.services.machinery.informing import INDEX_BY_NODE, Informer, InformerSettings, index_pods_by_node
 from kubemesh.services.model.kinds import PODS, Obj, key_of
 
 
 class NodePodWatch(PodSource):
     """One node's own pod informer (field selector `spec.nodeName`)."""
 
-    def __init__(self, *, client: ApiClient, node: str, clock: Clock, rng: random.Random) -> None:
+    def __init__(self, *, client: ApiClient, node: str, clock: Clock, rng: random.Random,
+                 settings: InformerSettings | None = None) -> None:
         self._client = client
         self._node = node
         self._clock = clock
         self._rng = rng
+        self._settings = settings
         self.informer: Informer | None = None
 
     def attach(self, worker: PodWorker) -> PodView:
         """A fresh informer (a restarted kubelet relists) routed to `worker`."""
         self.informer = Informer(self._client, PODS, clock=self._clock,
                                  field_selector=f"spec.nodeName={self._node}",
-                                 name=f"pods@{self._node}", rng=self._rng)
+                                 name=f"pods@{self._node}", rng=self._rng, settings=self._settings)
         self.informer.add_handlers(on_add=worker.on_add, on_update=worker.on_update,
                                    on_delete=worker.on_delete)
         return self.informer
@@ -89,9 +91,10 @@ class _Slice:
 class SharedPodWatch:
     """One pod informer for the whole process, dispatching by `spec.nodeName`."""
 
-    def __init__(self, *, client: ApiClient, clock: Clock, rng: random.Random) -> None:
+    def __init__(self, *, client: ApiClient, clock: Clock, rng: random.Random,
+                 settings: InformerSettings | None = None) -> None:
         self.informer = Informer(client, PODS, clock=clock, indexers={INDEX_BY_NODE: index_pods_by_node},
-                                 name="pods@kubelet", rng=rng)
+                                 name="pods@kubelet", rng=rng, settings=settings)
         self.workers: dict[str, PodWorker] = {}
         self.informer.add_handlers(on_add=self._on_add, on_update=self._on_update, on_delete=self._on_delete)
 

@@ -82,6 +82,10 @@ class MeshShape:
     """Cluster seconds per wall second; the CLI's `--clock-rate` overrides it."""
     extra_args: Mapping[str, Sequence[str]] = field(default_factory=dict)
     """More flags per component, e.g. `{"controller_manager": ["--node-monitor-grace-period", "40s"]}`."""
+    store: str = "memory"
+    """`MeshSpec.store`: `etcd` for a race of a control plane over etcd."""
+    apiservers: int = 1
+    """`MeshSpec.apiservers` (needs `store="etcd"`): each other process talks to one, round robin."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,6 +218,8 @@ class ScenarioContext:
         """The injections not made because faults are off, in words, in order."""
         self._skipped_faults: set[str] = set()
         self._skipped_power: set[str] = set()
+        self._chaos_at: dict[str, Chaos] = {}
+        """Chaos front doors of other apiservers (`add_fault(apiserver=URL)`), closed at `cleanup`."""
 
     # -- time ---------------------------------------------------------------------------------
 
@@ -477,7 +483,34 @@ class ScenarioContext:
                 await undo()
             except Exception as exc:  # every undo gets its chance; the failures are reported
                 failures.append(f"{label}: {type(exc).__name__}: {exc}")
+        await self.close_clients()
         return failures
+
+    async def close_clients(self) -> None:
+        """Close the chaos clients of other apiservers (`add_fault(apiserver=...)` opens them again if needed)."""
+        for chaos in self._chaos_at.values():
+            with contextlib.suppress(Exception):
+                await chaos.close()
+        self._chaos_at.clear()
+
+    async def apiservers(self) -> list[dict[str, Any]]:
+        """Every apiserver of the mesh (`{"name", "url"}`; one unless it runs several over etcd)."""
+        doc = await self.mesh.get_json("/kubemesh/v1/apiservers", component="scenario")
+        return [a for a in doc.get("items") or [] if isinstance(a, dict)]
+
+    async def registration(self, instance: str) -> dict[str, Any] | None:
+        """A component instance's entry in the registry (its admin URL, and `apiserver`: the one it talks to)."""
+        return (await self.mesh.components() or {}).get(instance)
+
+    def _chaos_for(self, apiserver: str | None) -> Chaos:
+        if apiserver is None or apiserver.rstrip("/") == self.mesh.url.rstrip("/"):
+            return self.chaos
+        chaos = self._chaos_at.get(apiserver)
+        if chaos is None:
+            chaos = self._chaos_at[apiserver] = MeshEndpoint(
+                url=apiserver, token=self.mesh.token, ca_pem=self.mesh.ca_pem, insecure=self.mesh.insecure,
+                kubeconfig=None, source=f"{apiserver} of {self.mesh.source}").chaos(instance="scenario")
+        return chaos
 
     async def set_condition(self, node: str, type_: str, status: str = "True", *, reason: str | None = None) -> None:
         """Have the kubelet report a node condition (MemoryPressure, DiskPressure, ...)."""
@@ -508,8 +541,11 @@ class ScenarioContext:
         """Whether the apiserver serves the chaos front door."""
         return await self.mesh.chaos_available()
 
-    async def add_fault(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+    async def add_fault(self, spec: Mapping[str, Any], *, apiserver: str | None = None) -> dict[str, Any]:
         """Create a fault (`POST /chaos/v1/faults`); its removal is registered as an undo.
+
+        `apiserver`: the URL of the apiserver to create it on (one of `apiservers()`; default the
+        mesh's own): where `apiserver.*` faults act, and whose clients request faults hit.
 
         With faults off nothing is created: the answer is the spec with `status.phase`
         "Skipped" and nothing injected, as no fault the front door made would say.
@@ -522,30 +558,30 @@ class ScenarioContext:
             self.skip(f"fault {name} ({body.get('type')})")
             return {**body, "status": {"phase": "Skipped", "injected": 0}}
         try:
-            created = await self.chaos.add(body, check=False)
+            created = await self._chaos_for(apiserver).add(body, check=False)
         except ApiError as exc:
             raise ScenarioError(f"chaos fault {body.get('name')!r} refused: {exc}") from exc
         name = str(created.get("name") or body.get("name"))
-        self.defer(f"remove fault {name}", lambda: self.remove_fault(name))
+        self.defer(f"remove fault {name}", lambda: self.remove_fault(name, apiserver=apiserver))
         self.say(f"fault {name} ({body.get('type')}) created")
         return created
 
-    async def remove_fault(self, name: str) -> None:
+    async def remove_fault(self, name: str, *, apiserver: str | None = None) -> None:
         """Remove (and recover) a fault; a fault already gone is fine."""
         if name in self._skipped_faults:
             self._skipped_faults.discard(name)
             return
         try:
-            await self.chaos.remove(name, missing_ok=True)
+            await self._chaos_for(apiserver).remove(name, missing_ok=True)
         except ApiError as exc:
             raise ScenarioError(f"removing fault {name!r}: {exc}") from exc
         self.settle(f"remove fault {name}")
         self.say(f"fault {name} removed")
 
-    async def fault_status(self, name: str) -> dict[str, Any] | None:
-        """A fault with its status, None when it does not exist."""
+    async def fault_status(self, name: str, *, apiserver: str | None = None) -> dict[str, Any] | None:
+        """A fault with its status (on the apiserver at URL `apiserver`), None when it does not exist."""
         try:
-            return await self.chaos.get(name)
+            return await self._chaos_for(apiserver).get(name)
         except NotFoundError:
             return None
 

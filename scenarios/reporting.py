@@ -82,6 +82,8 @@ async def guarded_run(scenario: Scenario, ctx: ScenarioContext) -> Verdict:
         tb = traceback.format_exception(exc)
         return Verdict(outcome="inconclusive", summary=f"the scenario crashed: {type(exc).__name__}: {exc}",
                        evidence=tuple("".join(tb).splitlines()[-25:]))
+    finally:
+        await ctx.close_clients()
 
 
 def event_index(events: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -138,6 +138,7 @@ async def run_once(scenario: Scenario, *, mode: Mode, seed: int, clock_rate: flo
     for comp, args in shape.extra_args.items():
         extra.setdefault(comp, []).extend(args)
     spec = MeshSpec(nodes=shape.nodes, zones=shape.zones, kubelets=shape.kubelets, capacity=shape.capacity,
+                    store=shape.store, apiservers=shape.apiservers,
                     clock_rate=rate, bugs=mode_switches(scenario, mode, release), profile=release, seed=seed,
                     state_dir=out / "mesh", extra_args=extra, start_timeout=30.0, stop_grace=2.0)
     started = time.monotonic()

@@ -24,7 +24,7 @@ Admin contracts used (kubelet: `kubemesh.kubelet.admin`; components:
     POST   {kubelet}/nodes/{node}/containers/freeze   {"namespace"?,"pod","container"?,"frozen"}
     POST   {admin}/chaos/pause | /chaos/resume
     POST   {admin}/chaos/clock                        {"skew": s} | {"jump": s}
-    POST   {admin}/chaos/crash                        {"exitCode","restart"}
+    POST   {admin}/chaos/crash                        {"exitCode","restart","apiserver"?}
     POST   {admin}/chaos/informers/{name}/freeze | unfreeze
     POST   {admin}/chaos/points/{name}                {"action","count","after","exitCode","restart"}
     DELETE {admin}/chaos/points/{name}

@@ -676,6 +676,11 @@ def _params(type_: str, raw: Any, causes: _Causes, match: Selector) -> dict[str,
     elif type_ == "component.crash":
         integer("exitCode", 1)
         flag("restart", False)
+        text("apiserver")  # the restarted process talks to this apiserver URL (an HA reconnection)
+        apiserver = p.get("apiserver")
+        if apiserver is not None and (not p.get("restart") or not str(apiserver).startswith(("http://", "https://"))):
+            causes.add("params.apiserver", "the URL of the apiserver the restarted process talks to: needs "
+                                           "restart: true and an http(s) URL")
     elif type_ == "component.freezeInformer":
         text("informer", required=True)
     elif type_ == "component.dropHandler":

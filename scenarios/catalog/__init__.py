@@ -6,6 +6,7 @@ from typing import Final
 
 from kubemesh.scenarios.catalog.force_delete_zombie import ForceDeleteZombie
 from kubemesh.scenarios.catalog.ghost_node_affinity import GhostNodeAffinity
+from kubemesh.scenarios.catalog.lagging_apiserver_restart import LaggingApiserverRestart
 from kubemesh.scenarios.catalog.large_cluster_threshold import LargeClusterThreshold
 from kubemesh.scenarios.catalog.missed_node_delete import MissedNodeDelete
 from kubemesh.scenarios.catalog.node_heartbeat_eviction import NodeHeartbeatEviction
@@ -33,4 +34,5 @@ SCENARIOS: Final[tuple[Scenario, ...]] = (
     PreLeaseHeartbeat(),
     ReadyFalseEviction(),
     LargeClusterThreshold(),
+    LaggingApiserverRestart(),
 )

@@ -129,6 +129,12 @@ class InformerSettings:
     freeze_buffer: int = 10_000
     """How many events (a relist counts as one) a frozen informer buffers before it drops the
     buffer and plans a relist for when it is unfrozen."""
+    first_list_from_cache: bool = False
+    """The first list asks resourceVersion "0" (whatever the apiserver's watch cache holds, as
+    client-go's reflector did before WatchList) instead of an unset one (a consistent read). A
+    component (re)started against an apiserver whose cache lags then starts from the past:
+    kubernetes#59848. Relists never go back in time either way (they ask for at least the
+    highest resourceVersion seen, kubernetes#83520)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -665,7 +671,8 @@ class Informer:
         # Ask for at least what we have seen; the first list asks for the latest state.
         result = await self._client.list(
             self.kind, namespace=self._namespace, label_selector=self._label_selector,
-            field_selector=self._field_selector, resource_version=str(floor) if floor else None)
+            field_selector=self._field_selector,
+            resource_version=str(floor) if floor else "0" if self.settings.first_list_from_cache else None)
         rv = str((result.get("metadata") or {}).get("resourceVersion") or "")
         if floor and _rv_int(rv) < floor:
             raise _StaleListError(f"list at resourceVersion {rv} < {floor} already seen")

@@ -59,6 +59,11 @@ BUGS: Final[tuple[Bug, ...]] = (
     Bug(name="no-node-lease", component="kubelet", issue="before node leases (KEP-589)",
         fix="kubernetes#69241 (lease renewal as heartbeat)",
         summary="the heartbeat is the NodeStatus update alone; no Lease is renewed"),
+    Bug(name="pods-list-from-watch-cache", component="kubelet", issue="kubernetes#59848",
+        fix="consistent initial lists: kubernetes#83520 (relists), KEP-3157 WatchList, KEP-2340",
+        summary="a node's pod informer starts from a list at resourceVersion 0, served from whatever the "
+                "apiserver's watch cache holds: a kubelet restarted against a lagging apiserver sees pods that "
+                "were deleted or moved and runs them again"),
 )
 
 BY_NAME: Final[Mapping[str, Bug]] = {b.name: b for b in BUGS}

@@ -23,7 +23,10 @@ for a plain aiohttp app); bodies and answers are JSON:
     POST   /chaos/points/{name}               {"action": "crash"|"pause", "count"?: 1, "after"?: 0,
                                                "exitCode"?: 1, "restart"?: false}
     DELETE /chaos/points/{name}               disarm, and release tasks paused there
-    POST   /chaos/crash                       {"exitCode"?: 1, "restart"?: false}: after answering
+    POST   /chaos/crash                       {"exitCode"?: 1, "restart"?: false, "apiserver"?: URL}: after
+                                               answering (with `apiserver`, the restarted process talks
+                                               to that apiserver: a reconnection to another one of an
+                                               HA control plane)
     GET    /chaos/informers                   {"informers": [{"name","frozen"}]}
     POST   /chaos/informers/{name}/freeze     the informer stops applying events (stale cache)
     POST   /chaos/informers/{name}/unfreeze   it applies what it buffered
@@ -42,6 +45,7 @@ a supervisor restarting a crashed component looks like to the rest of the mesh.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping
@@ -55,7 +59,8 @@ from kubemesh.services.machinery.informing import HANDLER_EVENT_TYPES, HandlerDr
 from kubemesh.services.process.runs import LAST_EXIT_ENV
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-Crash = Callable[[int, bool], None]
+Crash = Callable[..., None]
+"""`crash_process`: (exit code, restart, apiserver=URL when one is given)."""
 
 
 class Freezable(Protocol):
@@ -75,14 +80,36 @@ class RouteTable(Protocol):
         """Serve a route."""
 
 
-def crash_process(exit_code: int, restart: bool) -> None:
-    """Exit now without cleanup (a crash), or re-execute this process in place."""
+def crash_process(exit_code: int, restart: bool, *, apiserver: str | None = None) -> None:
+    """Exit now without cleanup (a crash), or re-execute this process in place (against `apiserver` if given)."""
     sys.stdout.flush()
     sys.stderr.flush()
     if restart:  # the next run reports this one's exit code (kubemesh.services.process.runs)
         os.environ[LAST_EXIT_ENV] = str(exit_code)
-        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+        argv = list(sys.orig_argv[1:])
+        if apiserver is not None:
+            argv = with_apiserver(argv, apiserver)
+        os.execv(sys.executable, [sys.executable, *argv])
     os._exit(exit_code)
+
+
+def with_apiserver(argv: list[str], url: str) -> list[str]:
+    """`argv` with its `--apiserver` value replaced by `url` (added when it has none)."""
+    out: list[str] = []
+    i, found = 0, False
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--apiserver" and i + 1 < len(argv):
+            out += [arg, url]
+            i, found = i + 2, True
+            continue
+        if arg.startswith("--apiserver="):
+            out.append(f"--apiserver={url}")
+            found = True
+        else:
+            out.append(arg)
+        i += 1
+    return out if found else [*out, "--apiserver", url]
 
 
 @dataclass
@@ -208,11 +235,16 @@ def handlers(*, points: ChaosPoints,
         try:
             b = await _body(request)
             code, restart = int(b.get("exitCode", 1)), bool(b.get("restart", False))
+            apiserver = b.get("apiserver")
+            if apiserver is not None and (not isinstance(apiserver, str) or not restart):
+                raise ValueError("apiserver: the URL a restarted process talks to (with restart: true)")
         except (ValueError, TypeError) as exc:
             return _status(400, "BadRequest", str(exc))
         # Answer first, then die: the apiserver then knows the crash was ordered (ok, not info).
-        asyncio.get_running_loop().call_later(crash_delay, crash or pts.crash, code, restart)
-        return _json({"crashing": True, "exitCode": code, "restart": restart})
+        die = functools.partial(crash or pts.crash, code, restart, **({"apiserver": apiserver} if apiserver else {}))
+        asyncio.get_running_loop().call_later(crash_delay, die)
+        return _json({"crashing": True, "exitCode": code, "restart": restart,
+                      **({"apiserver": apiserver} if apiserver else {})})
 
     async def list_informers(request: web.Request) -> web.StreamResponse:
         return _json({"informers": [{"name": n, "frozen": bool(getattr(i, "_frozen", False))}

@@ -328,6 +328,16 @@ async def test_a_lagging_watch_cache_serves_old_state_but_never_to_a_consistent_
     assert doc["message"].startswith(f"Too large resource version: {rv}, current: ")
     mine = await b.ok("POST", CM, cm("through-b"))  # answered from etcd's result, not the frozen cache
     assert int(mine["metadata"]["resourceVersion"]) > int(rv)
+    # A get without a resourceVersion is consistent; a write that loses its compare against the
+    # stale cache runs again on etcd's current object (GuaranteedUpdate), losing no update.
+    await a.ok("PATCH", f"{CM}/before", {"data": {"x": "1"}}, ctype="application/merge-patch+json")
+    assert (await b.ok("GET", f"{CM}/before"))["data"] == {"x": "1"}
+    patched = await b.ok("PATCH", f"{CM}/before", {"data": {"y": "2"}}, ctype="application/merge-patch+json")
+    assert patched["data"] == {"x": "1", "y": "2"}
+    fresh = await b.ok("GET", f"{CM}/before")  # an update with the resourceVersion a consistent get gave
+    updated = await b.ok("PUT", f"{CM}/before", {**fresh, "data": {**fresh["data"], "z": "3"}})
+    assert updated["data"] == {"x": "1", "y": "2", "z": "3"}
+    assert await cached_names() == ["before"]  # the cache itself is still frozen
 
     await b.ok("DELETE", "/chaos/v1/faults/lag")
     for _ in range(100):  # the held changes are applied, in order, once the lag ends
@@ -335,6 +345,8 @@ async def test_a_lagging_watch_cache_serves_old_state_but_never_to_a_consistent_
             break
         await asyncio.sleep(0.05)
     assert await cached_names() == ["before", "during", "through-b"]
+    cached = await b.ok("GET", f"{CM}/before", params={"resourceVersion": "0"})
+    assert cached["data"] == {"x": "1", "y": "2", "z": "3"}
 
 
 async def test_a_watch_cache_lag_is_refused_without_etcd(start_apiserver: StartApiServer,

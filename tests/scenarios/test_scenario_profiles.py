@@ -9,7 +9,7 @@ from kubemesh.scenarios.running import catalog, effective_bugs, mode_switches
 from kubemesh.services.model import profiles
 
 README = Path(__file__).resolve().parent.parent.parent / "README.md"
-ROW = re.compile(r"^\| ([a-z-]+) \| (\d{3}) \| ([0-9.]+|current) \| ([a-z-]+) \|$", re.M)
+ROW = re.compile(r"^\| ([a-z-]+) \| (\d{3}|-) \| ([0-9.]+|current) \| ([a-z-]+) \|$", re.M)
 
 
 def test_readme_table_says_which_release_each_scenario_runs_as() -> None:
