@@ -112,10 +112,14 @@ def page(snapshot: Sequence[Obj], keys: Sequence[str], *, rv: int, start: str | 
     return Page(items=items, continue_token=token, remaining=len(snapshot) - end)
 
 
+SNAPSHOTS: Final = 8
+"""How many list snapshots `Snapshots` keeps."""
+
+
 class Snapshots:
     """A few sorted list snapshots, memoised by what names them (see the module docstring)."""
 
-    def __init__(self, *, size: int = 8) -> None:
+    def __init__(self, *, size: int = SNAPSHOTS) -> None:
         self._size = size
         self._memo: OrderedDict[tuple[str, ...], tuple[list[Obj], list[str]]] = OrderedDict()
 

@@ -434,7 +434,7 @@ async def serve(settings: ServerSettings, *, stop: asyncio.Event | None = None) 
     # The apiserver's own mirror pod: it registers with no one, so it tells its registry itself.
     run = this_run()
     try:
-        core.components.registered_self(component="apiserver", instance=f"apiserver-{settings.host}-{settings.port}",
+        core.components.registered_self(component="apiserver", instance=apiserver_identity(settings),
                                         boot=run.boot, last_exit_code=run.last_exit_code)
     except StoreWriteError as exc:  # a full disk: serve what is stored all the same
         log.error("a start-up write failed; serving what is stored", step="apiserver mirror pod", error=str(exc))

@@ -698,6 +698,8 @@ class Api:
         self.shutting_down = False
         self.snapshots = paging.Snapshots()
         """Sorted list snapshots that paged lists read (`paging`)."""
+        self._read_from_etcd: list[tuple[str, ...]] = []
+        """The names of the latest snapshots read from etcd (valid at their revision whatever the watch window)."""
         self.pod_streams: dict[str, Callable[[web.Request, Target], Awaitable[web.StreamResponse]]] = {}
         """Handlers of pods' log, exec, attach, portforward by subresource (`kubemesh.apiserver.podstreams`)."""
 
@@ -931,13 +933,15 @@ class Api:
         """Memoise a list read from etcd at `rv` as the snapshot `_snapshot` finds for that revision."""
         name = (t.kind.resource, str(rv), t.namespace or "", q.get("labelSelector", ""), q.get("fieldSelector", ""))
         self.snapshots.put(name, items)
+        self._read_from_etcd.append(name)
+        del self._read_from_etcd[:-paging.SNAPSHOTS]
 
     def _snapshot(self, t: Target, q: Any, labels: LabelSelector | None, fields: FieldSelector | None, *,
                   rv: int, token: str, start: str | None) -> tuple[list[Obj], list[str]]:
         """The list at revision `rv`, sorted by key (memoised; 410 when `rv` has left the watch window)."""
         current = self.registry.store.revision
         name = (t.kind.resource, str(rv), t.namespace or "", q.get("labelSelector", ""), q.get("fieldSelector", ""))
-        if rv >= current or (self.etcd is not None and name in self.snapshots):  # (a list read from etcd at rv)
+        if rv >= current or (name in self._read_from_etcd and name in self.snapshots):  # (a list read from etcd)
             return self.snapshots.get(name, lambda: self.registry.list_objects(
                 t.kind, namespace=t.namespace, labels=labels, fields=fields)[0])
         try:

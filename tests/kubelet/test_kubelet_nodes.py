@@ -276,18 +276,21 @@ async def test_partition_keeps_containers_until_heal_then_reports_the_kill() -> 
     assert n.partition() and not n.partition()
     assert set(n.running_tasks()) == {"evict"}
     posts = n.status.posts if n.status else 0
+    before = {k for k in api.objects if k[0] == "events"}  # the containers' Started events
     # While the node is cut off, one pod is force-deleted from the API: the machine still runs it.
     del api.objects[("pods", "default", "db")]
     await run_for(clock, 30)
     assert n.pods.describe()["pods"]["default/db"]["running"] == ["app"]
     assert (n.status.posts if n.status else 0) == posts  # nothing reached the apiserver
-    assert not [k for k in api.objects if k[0] == "events"]
+    assert {k for k in api.objects if k[0] == "events"} == before
     assert n.heal() and not n.heal()
     await run_for(clock, 2)
     assert "default/db" not in n.pods.describe()["pods"] and "default/cache" in n.pods.describe()["pods"]
-    events = [o for k, o in api.objects.items() if k[0] == "events"]
+    events = [o for k, o in api.objects.items() if k[0] == "events" and k not in before]
     assert [(e["reason"], e["message"], e["source"]["host"], e["involvedObject"]["uid"]) for e in events] == [
         ("Killing", "Stopping container app", "node-1", "uid-db")]
+    assert sorted((api.objects[k]["reason"], api.objects[k]["involvedObject"]["uid"]) for k in before) == [
+        ("Started", "uid-cache"), ("Started", "uid-db")]
     assert (n.status.posts if n.status else 0) > posts
     n.power_off()
     await n.wait_stopped()
