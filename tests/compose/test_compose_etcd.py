@@ -12,6 +12,7 @@ import asyncio
 import json
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,6 +131,28 @@ async def test_three_apiservers_over_etcd_each_list_every_component(stack: Compo
                 break
             assert time.monotonic() < deadline, f"{apiserver} lists {seen}, expected {PINNED}"
             await asyncio.sleep(0.5)
+
+
+def node_powered(stack: ComposeStack, node: str, *, kubelet: int) -> bool:
+    doc = json.loads(stack.exec("kubelet", "kubemesh-entrypoint", "admin", "GET", f"/nodes/{node}", index=kubelet))
+    powered: bool = doc["powered"]
+    return powered
+
+
+def test_a_node_fault_made_on_the_first_apiserver_reaches_a_kubelet_of_another(stack: ComposeStack) -> None:
+    """kubelet-2 registered with apiserver-2; the chaos front door of `apiserver` finds it all the same."""
+    victim = f"node-{NODES_PER_KUBELET + 1}"  # the first node of kubelet-2
+    cli = [sys.executable, "-m", "kubemesh", "chaos"]
+    r = subprocess.run([*cli, "add", "node.powerOff", "--node", victim, "--name", "off", "--duration", "600",
+                        "--state-dir", str(stack.state_dir), "-o", "json"],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["status"]["injected"] == 1, r.stdout
+    assert node_powered(stack, victim, kubelet=2) is False
+    r = subprocess.run([*cli, "reset", "--state-dir", str(stack.state_dir)], capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert r.returncode == 0 and json.loads(r.stdout)["healed"] == ["off"], r.stdout + r.stderr
+    assert node_powered(stack, victim, kubelet=2) is True
 
 
 async def test_a_deployment_runs_and_its_objects_outlive_an_apiserver_restart(stack: ComposeStack,
