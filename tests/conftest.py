@@ -371,6 +371,7 @@ def apiserver_launcher() -> LaunchApiServer:
 # Marked `serial`: `pytest -m "not serial"` and `pytest -m serial`.
 SERIAL_FILES: frozenset[str] = frozenset({
     "tests/compose/test_compose_stack.py",
+    "tests/compose/test_compose_etcd.py",
     "tests/docs/test_documented_commands.py",
     "tests/packaging/test_wheel.py",
     "tests/plugin/test_plugin_compose_mode.py",

@@ -6,9 +6,13 @@
     stack.node_op("node-4", "power-off")
     stack.stop()                        # `down --volumes`: nothing of the project remains
 
+    ComposeStack(overrides=[etcd_compose_file()])   # over etcd, with apiserver, apiserver-2, apiserver-3
+
 The compose file is the one shipped in the package (`kubemesh/compose.yaml`, the same file
 as the repository's top-level `compose.yaml`), so that compose mode works from an installed
-wheel; the image is the project's own (`scripts/docker-setup` in a checkout builds it).
+wheel; `overrides` are compose files applied over it, in order (`-f compose.yaml -f ...`),
+such as `compose.etcd.yaml`, shipped beside it. The image is the project's own
+(`scripts/docker-setup` in a checkout builds it).
 
 Every stack has its own project name, published port (on 127.0.0.1), state folder and
 volumes, so stacks of parallel tests do not meet. Calls are blocking (subprocesses): async
@@ -38,6 +42,12 @@ KUBELET_ADMIN_PORT: Final = 10250
 def default_compose_file() -> Path:
     """The compose file shipped in the package (the repository's `compose.yaml`)."""
     with importlib.resources.as_file(importlib.resources.files("kubemesh") / "compose.yaml") as path:
+        return Path(path)
+
+
+def etcd_compose_file() -> Path:
+    """The override shipped in the package that runs the stack over etcd with three apiservers (`compose.etcd.yaml`)."""
+    with importlib.resources.as_file(importlib.resources.files("kubemesh") / "compose.etcd.yaml") as path:
         return Path(path)
 
 
@@ -80,10 +90,12 @@ class ComposeStack:
     def __init__(self, *, compose_file: Path | None = None, image: str = DEFAULT_IMAGE, nodes_per_kubelet: int = 3,
                  kubelets: int = 1, clock_rate: float = 1.0, bugs: Sequence[str] = (), seed: int | None = None,
                  token: str | None = None, project: str | None = None, state_dir: Path | None = None,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, overrides: Sequence[Path] = ()) -> None:
         from testcontainers.compose import DockerCompose  # noqa: PLC0415 - the optional `compose` extra
 
         self.compose_file = (compose_file or default_compose_file()).resolve()
+        # Resolved: `extends: file: compose.yaml` in an override names the file beside the real one.
+        self.overrides = [Path(o).resolve() for o in overrides]
         self.project = project or f"kubemesh-{secrets.token_hex(4)}"
         self._own_state = state_dir is None
         self.state_dir = (state_dir or Path(tempfile.mkdtemp(prefix=f"{self.project}-"))).resolve()
@@ -107,7 +119,9 @@ class ComposeStack:
         self.env_file = self.state_dir.parent / f".{self.project}.env"
         self.env_file.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
         self.compose = DockerCompose(context=str(self.compose_file.parent),
-                                     compose_file_name=self.compose_file.name, env_file=str(self.env_file),
+                                     compose_file_name=[str(self.compose_file),
+                                                        *(str(o) for o in self.overrides)],
+                                     env_file=str(self.env_file),
                                      wait=True, keep_volumes=False)
         self.started = False
 

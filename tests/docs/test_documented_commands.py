@@ -1,7 +1,7 @@
 """Every command and example in README.md and docs/ runs, as written, on a default mesh.
 
 Each fenced ```bash block is one script, run with `bash -euo pipefail` in a fresh folder that
-looks like a checkout (`.venv`, `scripts`, `compose.yaml` and `Dockerfile` link to this one),
+looks like a checkout (`.venv`, `scripts`, the compose files and `Dockerfile` link to this one),
 as a user would paste it into a terminal; each ```python block is written to a file there and
 run with the project's interpreter. Anything a block leaves running is killed afterwards.
 Blocks marked `<!-- kubemesh-example -->` are pytest examples (tests/plugin/test_plugin_examples.py
@@ -30,7 +30,8 @@ from kubemesh.services.mesh.state import free_port
 REPO = Path(__file__).resolve().parent.parent.parent
 DOCS = ("README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md")))
 FENCE = re.compile(r"(?P<before>(?:<!--[^\n]*-->\s*\n)?)```(?P<lang>[a-z]*)\n(?P<body>.*?)```", re.S)
-LINKED = (".venv", "scripts", "compose.yaml", "Dockerfile", ".dockerignore", "pyproject.toml", "constraints.txt")
+LINKED = (".venv", "scripts", "compose.yaml", "compose.etcd.yaml", "Dockerfile", ".dockerignore", "pyproject.toml",
+          "constraints.txt")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -124,7 +125,10 @@ def test_documented_block_runs_as_written(block: Block, tmp_path: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
         if needs_docker(block):
-            subprocess.run(["docker", "compose", "down", "-v", "--remove-orphans"], cwd=ws, env=env,
+            # With every compose file of the checkout: a block that ran the stack over etcd
+            # (COMPOSE_FILE=compose.yaml:compose.etcd.yaml) leaves etcd's volume otherwise.
+            files = [a for f in sorted(ws.glob("compose*.yaml")) for a in ("-f", f.name)]
+            subprocess.run(["docker", "compose", *files, "down", "-v", "--remove-orphans"], cwd=ws, env=env,
                            capture_output=True, check=False, timeout=300)
         shutil.rmtree(ws / ".kubemesh", ignore_errors=True)
     assert proc.returncode == 0, f"{block.id} exited {proc.returncode}:\n{block.body}\n--- output ---\n{out[-8000:]}"

@@ -83,6 +83,7 @@ def test_the_wheel_installs_one_top_level_name_and_ships_the_compose_file(wheel:
     tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith((".dist-info", ".data"))}
     assert tops == {"kubemesh"}
     assert "kubemesh/compose.yaml" in names and "kubemesh/apiserver/__main__.py" in names
+    assert "kubemesh/compose.etcd.yaml" in names  # beside compose.yaml, which it extends
     assert not any(n.endswith(".pyc") for n in names)
 
 
