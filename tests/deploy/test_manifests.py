@@ -5,6 +5,9 @@
   serializes back to the very same object: no field the model does not know (the typed models drop
   unknown fields silently; kube-apiserver's strict decoding refuses them), no value of the wrong
   type, no required field missing (the models check those when built).
+* Each overlay's `plan/` is what `kubemesh plan --nodes N --kustomize DIR` writes from the
+  measured unit costs (replicas, nodes per kubelet host, requests and limits), and its kubelet
+  hosts host at least N nodes.
 * The wiring the components rely on: each Service selects the pods of its workload, every pod that
   mounts the credentials mounts the Secret the bootstrap Job publishes, each kubelet host derives
   its slice of nodes from its pod name, etcd lists as many initial members as it has replicas.
@@ -16,6 +19,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import re
 import shutil
@@ -30,6 +35,7 @@ import pytest_asyncio
 import yaml
 
 from kubemesh.services.mesh.launching import Mesh, MeshSpec
+from kubemesh.services.tools import cli
 
 if TYPE_CHECKING:
     from conftest import RunKubectl
@@ -40,6 +46,8 @@ k8s: Any = _k8s  # the client package is only partly annotated
 
 REPO = Path(__file__).resolve().parent.parent.parent
 OVERLAYS = ("small", "large")
+PLANNED_NODES = {"small": 100, "large": 10_000}
+"""The node count each overlay's plan/ was planned for."""
 SECRET = "kubemesh-cluster"
 CREDENTIAL_KEYS = {"token", "ca.crt", "apiserver.crt", "apiserver.key", "kubeconfig"}
 
@@ -121,7 +129,9 @@ def test_the_parts_are_wired_together(overlay: str) -> None:
             assert env["KUBEMESH_APISERVER"] == "https://kubemesh-apiserver:6443", name
     for name in ("kubemesh-scheduler", "kubemesh-controller-manager"):
         assert "--leader-elect" in containers(workloads[name])[0]["args"], name
-    assert int(env_of(containers(workloads["kubemesh-kubelet"])[0])["KUBEMESH_NODES"]) > 0
+    kubelets = workloads["kubemesh-kubelet"]
+    per_host = int(env_of(containers(kubelets)[0])["KUBEMESH_NODES"])
+    assert per_host * kubelets["spec"]["replicas"] >= PLANNED_NODES[overlay]
 
     # etcd's initial cluster names exactly its members, each at its pod's DNS name.
     etcd = workloads["kubemesh-etcd"]
@@ -137,6 +147,17 @@ def test_the_parts_are_wired_together(overlay: str) -> None:
             resources = container["resources"]
             assert {"cpu", "memory"} <= set(resources["requests"]), name
             assert "memory" in resources["limits"], name
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_overlay_is_the_plan_for_its_size(overlay: str, tmp_path: Path) -> None:
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli.main(["plan", "--nodes", str(PLANNED_NODES[overlay]), "--kustomize", str(tmp_path)]) == 0
+    committed = REPO / "deploy" / "overlays" / overlay / "plan"
+    assert sorted(p.name for p in committed.iterdir()) == sorted(p.name for p in tmp_path.iterdir())
+    for planned in tmp_path.iterdir():
+        assert (committed / planned.name).read_text() == planned.read_text(), \
+            f"write deploy/overlays/{overlay}/plan/ again with `kubemesh plan --kustomize`"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
