@@ -30,7 +30,8 @@ from kubemesh.services.mesh.state import free_port
 REPO = Path(__file__).resolve().parent.parent.parent
 DOCS = ("README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md")))
 FENCE = re.compile(r"(?P<before>(?:<!--[^\n]*-->\s*\n)?)```(?P<lang>[a-z]*)\n(?P<body>.*?)```", re.S)
-LINKED = (".venv", "scripts", "compose.yaml", "Dockerfile", ".dockerignore", "pyproject.toml", "constraints.txt")
+LINKED = (".venv", "scripts", "compose.yaml", "Dockerfile", ".dockerignore", "pyproject.toml", "constraints.txt",
+          "deploy")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
