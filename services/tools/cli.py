@@ -446,6 +446,10 @@ def _configure_plan(parser: argparse.ArgumentParser) -> None:
                         help="seconds between a node's Lease renewals (default 10, the kubelet's)")
     parser.add_argument("--status-seconds", type=positive_float, default=300.0,
                         help="seconds between posts of an unchanged node status (default 300, the current profile's)")
+    parser.add_argument("--kubelet-hosts", type=positive_int, default=0,
+                        help="plan with this many kubelet hosts (default: as the costs say)")
+    parser.add_argument("--apiservers", type=positive_int, default=0,
+                        help="plan with this many apiservers (default: as the costs say)")
     parser.add_argument("--costs", type=Path, default=None,
                         help="unit costs JSON (default: the measured ones, benchmarks/unit_costs.json)")
     out = parser.add_mutually_exclusive_group()
@@ -459,7 +463,8 @@ def _run_plan(args: argparse.Namespace) -> int:
     from kubemesh.services.tools import planning  # noqa: PLC0415 - only `plan` needs it
 
     settings = planning.PlanSettings(nodes=args.nodes, pods=args.pods, lease_seconds=args.lease_seconds,
-                                     status_report_seconds=args.status_seconds)
+                                     status_report_seconds=args.status_seconds, kubelet_hosts=args.kubelet_hosts,
+                                     apiservers=args.apiservers)
     try:
         costs = planning.load_unit_costs(args.costs)
     except (OSError, KeyError, ValueError) as exc:

@@ -112,6 +112,10 @@ class PlanSettings:
     """The share of its one core a component process is planned to use."""
     headroom: float = 1.25
     """Requests are the predicted use times this."""
+    kubelet_hosts: int = 0
+    """Kubelet hosts to plan with (0: as many as keep each within `target_share`)."""
+    apiservers: int = 0
+    """Apiservers to plan with (0: as many as keep each within `target_share`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,7 +224,7 @@ def plan(settings: PlanSettings, costs: UnitCosts) -> Plan:
     # Kubelet hosts: as many nodes per host as keep it under its share of a core.
     k = costs.kubelet
     by_cpu = _whole(per_core / k.cores_per_1000_nodes * 1000) if k.cores_per_1000_nodes > 0 else NODES_PER_HOST_MAX
-    hosts = math.ceil(n / max(1, min(NODES_PER_HOST_MAX, by_cpu)))
+    hosts = s.kubelet_hosts or math.ceil(n / max(1, min(NODES_PER_HOST_MAX, by_cpu)))
     per_host = math.ceil(n / hosts)
     events = lease_w + status_w * (2 + hosts)
 
@@ -230,7 +234,7 @@ def plan(settings: PlanSettings, costs: UnitCosts) -> Plan:
     intake = writes * c_e
     shared = writes * c_w + events * c_e
     room = per_core - intake
-    apiservers = max(1 if n <= 1000 else 3, math.ceil(shared / room) if room > 0 else 1)
+    apiservers = s.apiservers or max(1 if n <= 1000 else 3, math.ceil(shared / room) if room > 0 else 1)
     api_cores = shared / apiservers + intake
     api_mib = (costs.apiserver_mib_base + n / 1000 * costs.apiserver_mib_per_1000_nodes
                + s.pods / 1000 * costs.apiserver_mib_per_1000_pods)
@@ -325,6 +329,10 @@ def render_patches(p: Plan) -> dict[str, str]:
         flags.append(f"--lease-seconds {s.lease_seconds:g}")
     if s.status_report_seconds != PlanSettings.status_report_seconds:
         flags.append(f"--status-seconds {s.status_report_seconds:g}")
+    if s.kubelet_hosts:
+        flags.append(f"--kubelet-hosts {s.kubelet_hosts}")
+    if s.apiservers:
+        flags.append(f"--apiservers {s.apiservers}")
     head = (f"# Written by `kubemesh plan {' '.join(flags)} --kustomize DIR` from the unit costs measured "
             f"{p.measured or '(date unknown)'}:\n# {p.kubelet_hosts} kubelet host(s) x {p.nodes_per_host:,} nodes. "
             "Generate it again rather than edit it.\n")

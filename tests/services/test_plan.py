@@ -121,6 +121,12 @@ def test_kustomize_patches_set_replicas_slices_and_resources(tmp_path: Path) -> 
     assert etcd["env"][0]["value"].count("=http://") == 3
 
 
+def test_the_topology_can_be_given(tmp_path: Path) -> None:
+    doc = plan_doc(tmp_path, "--nodes", "2000", "--kubelet-hosts", "4", "--apiservers", "1")
+    assert (doc["kubelet_hosts"], doc["nodes_per_host"], parts(doc)["apiserver"]["replicas"]) == (4, 500, 1)
+    assert doc["watch_events_per_s"] == pytest.approx(200 + 2000 / 300 * 6, abs=0.05)
+
+
 def test_the_measured_costs_are_installed() -> None:
     costs = load_unit_costs()
     assert costs.kubelet.cores_per_1000_nodes > 0
