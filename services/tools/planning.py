@@ -36,7 +36,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
-NODES_PER_HOST_MAX: Final = 5_000
+from kubemesh.services.mesh.launching import NODES_PER_KUBELET_AUTO, SHARED_POD_WATCH_ABOVE
+
+NODES_PER_HOST_MAX: Final = NODES_PER_KUBELET_AUTO
 """At most this many nodes per kubelet host (the launcher's one process per 5,000 nodes)."""
 
 MIB_QUANTUM: Final = 16
@@ -343,7 +345,12 @@ def render_patches(p: Plan) -> dict[str, str]:
             "requests": {"cpu": part.cpu_request, "memory": part.memory_request},
             "limits": {"memory": part.memory_limit}}}
         if part.name == "kubelet":
-            container["env"] = [{"name": "KUBEMESH_NODES", "value": str(p.nodes_per_host)}]
+            # One pod watch per node, as real kubelets, up to the launcher's threshold; one for the
+            # process above it (thousands of watches are thousands of TLS connections to hold), as
+            # in the runs that measured the costs.
+            watch = "shared" if p.nodes_per_host > SHARED_POD_WATCH_ABOVE else "per-node"
+            container["env"] = [{"name": "KUBEMESH_NODES", "value": str(p.nodes_per_host)},
+                                {"name": "KUBEMESH_POD_WATCH", "value": watch}]
         if part.name == "etcd":
             container["env"] = [{"name": "ETCD_INITIAL_CLUSTER", "value": ",".join(
                 f"kubemesh-etcd-{i}=http://kubemesh-etcd-{i}.kubemesh-etcd:2380" for i in range(part.replicas))}]

@@ -116,6 +116,10 @@ def test_each_kubelet_host_hosts_the_slice_of_its_ordinal(tmp_path: Path) -> Non
         assert flag(argv, "--token-file") == str(state / "token")
         slices.append((int(flag(argv, "--node-offset")), int(flag(argv, "--nodes"))))
     assert slices == [(0, 100), (200, 100)]  # kubemesh-kubelet-2 hosts node-201 ... node-300
+    assert "--pod-watch" not in argv
+    argv = entrypoint_argv("kubelet", {**env, "KUBEMESH_POD_NAME": "kubemesh-kubelet-0",
+                                       "KUBEMESH_POD_WATCH": "shared"})
+    assert flag(argv, "--pod-watch") == "shared"
     argv = entrypoint_argv("scheduler", {**env, "KUBEMESH_POD_NAME": "kubemesh-scheduler-7d9f-x2x4z"})
     assert flag(argv, "--instance") == "kubemesh-scheduler-7d9f-x2x4z"
 

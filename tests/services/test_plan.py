@@ -115,7 +115,8 @@ def test_kustomize_patches_set_replicas_slices_and_resources(tmp_path: Path) -> 
     assert (kubelet["kind"], kubelet["metadata"]["name"], kubelet["spec"]["replicas"]) == \
         ("StatefulSet", "kubemesh-kubelet", 2)
     container = kubelet["spec"]["template"]["spec"]["containers"][0]
-    assert container["env"] == [{"name": "KUBEMESH_NODES", "value": "5000"}]
+    assert container["env"] == [{"name": "KUBEMESH_NODES", "value": "5000"},
+                                {"name": "KUBEMESH_POD_WATCH", "value": "shared"}]
     assert container["resources"]["requests"] == {"cpu": "630m", "memory": "688Mi"}
     etcd = yaml.safe_load((tmp_path / "plan" / "etcd.yaml").read_text())["spec"]["template"]["spec"]["containers"][0]
     assert etcd["env"][0]["value"].count("=http://") == 3
