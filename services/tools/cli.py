@@ -7,6 +7,7 @@
     kubemesh down                             stop a mesh that `up` started in another terminal
     kubemesh chaos add|list|get|rm|reset|history   faults through the chaos front door (`kubemesh chaos --help`)
     kubemesh store repair --data-dir D        truncate a damaged apiserver data directory at its first damage
+    kubemesh plan --nodes N [--pods P] ...    topology and resources for N nodes on a real cluster (deploy/)
 
 Subcommands are `Command` values (`kubemesh.services.tools.commands`): the built-in ones are
 listed in `builtin_commands()`, others come from the `kubemesh.commands` entry-point group (an
@@ -448,6 +449,54 @@ def _run_store(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# kubemesh plan
+
+
+def _configure_plan(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", type=positive_int, required=True, help="emulated nodes")
+    parser.add_argument("--pods", type=int, default=0, help="pods in the cluster (their memory in every apiserver)")
+    parser.add_argument("--lease-seconds", type=positive_float, default=10.0,
+                        help="seconds between a node's Lease renewals (default 10, the kubelet's)")
+    parser.add_argument("--status-seconds", type=positive_float, default=300.0,
+                        help="seconds between posts of an unchanged node status (default 300, the current profile's)")
+    parser.add_argument("--kubelet-hosts", type=positive_int, default=0,
+                        help="plan with this many kubelet hosts (default: as the costs say)")
+    parser.add_argument("--apiservers", type=positive_int, default=0,
+                        help="plan with this many apiservers (default: as the costs say)")
+    parser.add_argument("--costs", type=Path, default=None,
+                        help="unit costs JSON (default: the measured ones, benchmarks/unit_costs.json)")
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print JSON")
+    out.add_argument("--kustomize", type=Path, default=None, metavar="DIR",
+                     help="write the plan as kustomize patches of deploy/base into DIR, one file per workload "
+                          "(what deploy/overlays/*/plan/ hold)")
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    from kubemesh.services.tools import planning  # noqa: PLC0415 - only `plan` needs it
+
+    settings = planning.PlanSettings(nodes=args.nodes, pods=args.pods, lease_seconds=args.lease_seconds,
+                                     status_report_seconds=args.status_seconds, kubelet_hosts=args.kubelet_hosts,
+                                     apiservers=args.apiservers)
+    try:
+        costs = planning.load_unit_costs(args.costs)
+    except (OSError, KeyError, ValueError) as exc:
+        print(f"kubemesh plan: cannot read the unit costs: {exc}", file=sys.stderr)
+        return 1
+    result = planning.plan(settings, costs)
+    if args.json:
+        print(json.dumps(result.to_document(), indent=2))
+    elif args.kustomize is not None:
+        args.kustomize.mkdir(parents=True, exist_ok=True)
+        for name, text in planning.render_patches(result).items():
+            (args.kustomize / name).write_text(text)
+            print(args.kustomize / name)
+    else:
+        sys.stdout.write(planning.render_text(result))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
 
 def builtin_commands() -> tuple[Command, ...]:
     """The subcommands kubemesh itself has, in help order."""
@@ -466,6 +515,8 @@ def builtin_commands() -> tuple[Command, ...]:
                 configure=_configure_store, run=_run_store),
         rbac_cli.RBAC_COMMAND,
         rbac_cli.KUBECONFIG_COMMAND,
+        Command(name="plan", help="plan the topology and resources of N emulated nodes on a real cluster",
+                configure=_configure_plan, run=_run_plan),
     )
 
 

@@ -182,3 +182,38 @@ def test_mesh_scale_small(tmp_path: Path) -> None:
     assert hold["passed"] and hold["false_not_ready_max"] == 0 and hold["leases"]["renewals_seen"] > 0
     assert set(hold["per_1000_nodes"]) == {"apiserver", "kubelet-0", "controller-manager", "scheduler"}
     assert hold["nodes_per_core"] > 0 and doc["references"]["kubemark_cores_per_hollow_node"] == 0.09
+
+
+def test_unit_costs_small(tmp_path: Path) -> None:
+    """The unit costs at small sizes, written where asked, and read back by `kubemesh plan`."""
+    if shutil.which("etcd") is None and not Path("/usr/bin/etcd").exists():
+        pytest.skip("etcd is not installed (scripts/etcd-setup installs it)")
+    costs = tmp_path / "costs.json"
+    proc = subprocess.run([sys.executable, str(BENCH / "unit_costs.py"), "--quick", "--sizes", "20,60", "--hold", "10",
+                           "--seconds", "2", "--pods", "50", "--etcd-load", "s", "--out", str(costs),
+                           "--results-dir", str(tmp_path)], cwd=REPO, check=False, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc: dict[str, Any] = json.loads(costs.read_text())
+    assert {"kubelet", "apiserver", "controller_manager", "scheduler", "etcd"} <= doc.keys()
+    assert doc["apiserver"]["cores_per_1000_writes_per_s"] > 0 and doc["etcd"]["writes_per_s"] > 0
+    assert [r["nodes"] for r in doc["runs"]["nodes"]] == [20, 60]
+    plan = subprocess.run([sys.executable, "-m", "kubemesh", "plan", "--nodes", "1000", "--costs", str(costs),
+                           "--json"], cwd=REPO, check=False, capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["kubelet_hosts"] >= 1
+
+
+def test_deploy_scale_quick(tmp_path: Path) -> None:
+    """deploy/ as planned on a process-runtime mesh: inner nodes Ready, every inner component measured."""
+    if shutil.which("etcd") is None and not Path("/usr/bin/etcd").exists():
+        pytest.skip("etcd is not installed (scripts/etcd-setup installs it)")
+    proc = subprocess.run([sys.executable, str(BENCH / "deploy_scale.py"), "--quick", "--hold", "3",
+                           "--results-dir", str(tmp_path)], cwd=REPO, check=False, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads((tmp_path / "deploy_scale.json").read_text())["result"]
+    assert result["ready"] == result["nodes"] == 100
+    assert {r["component"] for r in result["comparison"]} == {"etcd", "apiserver", "kubelet", "controller-manager",
+                                                              "scheduler"}
+    assert all(r["measured_mib"] > 0 and r["predicted_mib"] > 0 for r in result["comparison"])

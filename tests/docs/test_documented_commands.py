@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent.parent
 DOCS = ("README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md")))
 FENCE = re.compile(r"(?P<before>(?:<!--[^\n]*-->\s*\n)?)```(?P<lang>[a-z]*)\n(?P<body>.*?)```", re.S)
 LINKED = (".venv", "scripts", "compose.yaml", "compose.etcd.yaml", "Dockerfile", ".dockerignore", "pyproject.toml",
-          "constraints.txt")
+          "constraints.txt", "deploy")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
