@@ -319,6 +319,10 @@ class EtcdStore:
         self._kv = rpc.KVStub(self._channel)
         self._watch = rpc.WatchStub(self._channel)
         self._timeout = settings.timeout
+        self.cut: str | None = None
+        """Chaos (`apiserver.etcdPartition`): while set, every call fails with `Unavailable` carrying this text."""
+        self.cut_blackhole = False
+        """With `cut`: each call first hangs for the request timeout, as over a network that drops packets."""
 
     @classmethod
     async def open(cls, *, settings: EtcdSettings) -> EtcdStore:
@@ -350,13 +354,24 @@ class EtcdStore:
         """The prefix of a resource's keys in this store (`resource_prefix` under the configured prefix)."""
         return resource_prefix(resource=resource, namespace=namespace, prefix=self.prefix)
 
+    async def _reachable(self) -> None:
+        """Raise `Unavailable` while chaos cuts this client off etcd (after the timeout, for a black hole)."""
+        if self.cut is None:
+            return
+        reason = self.cut
+        if self.cut_blackhole:
+            await asyncio.sleep(self._timeout)
+        raise Unavailable(reason)
+
     async def _txn(self, request: Any) -> Any:
+        await self._reachable()
         try:
             return await self._kv.Txn(request, timeout=self._timeout)
         except grpc.aio.AioRpcError as exc:
             raise _translate(exc) from exc
 
     async def _range(self, request: Any, *, revision: int = 0) -> Any:
+        await self._reachable()
         try:
             return await self._kv.Range(request, timeout=self._timeout)
         except grpc.aio.AioRpcError as exc:
@@ -473,6 +488,7 @@ class EtcdStore:
         `physical` waits until the space is freed too. `Compacted` when `revision` is already
         compacted, `FutureRevision` when it is newer than the store's.
         """
+        await self._reachable()
         try:
             await self._kv.Compact(rpc.CompactionRequest(revision=revision, physical=physical),
                                    timeout=self._timeout)

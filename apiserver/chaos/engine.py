@@ -136,9 +136,16 @@ class ChaosEngine:
         cache = self.core.etcd
         if cache is None:
             return
+        cuts = active.get("apiserver.etcdPartition", ())
+        # Partitioned from etcd: every etcd call fails, and the watch delivers nothing until it heals.
+        cache.etcd.cut = (f"etcdserver: request timed out (chaos: fault {cuts[0].name} partitions this apiserver "
+                          "from etcd)") if cuts else None
+        cache.etcd.cut_blackhole = any(f.spec.params.get("mode") == "blackhole" for f in cuts)
         lags = active.get("apiserver.watchCacheLag", ())
         delays = [f.spec.params.get("delay") for f in lags]
         lag: float | None = 0.0 if not lags else None if None in delays else max(float(d or 0) for d in delays)
+        if cuts:
+            lag = None
         if cache.lagging or lag != 0.0:
             cache.set_lag(lag)
 
@@ -218,8 +225,8 @@ class ChaosEngine:
             if self.core.etcd is None:
                 bad_value = {"field": "type", "reason": "FieldValueNotSupported", "message": (
                     f"{spec.type} needs an apiserver over etcd (--storage etcd; kubemesh up --store etcd): in memory "
-                    "the store is the apiserver's own and has no watch cache to lag (reads.stale serves a client an "
-                    "old view instead)")}
+                    "the store is the apiserver's own, with no etcd to lag behind or be cut off from (reads.stale "
+                    "and partition act on clients instead)")}
                 causes.append(bad_value)
             return causes
         if cat == "node":

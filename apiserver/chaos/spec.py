@@ -77,6 +77,7 @@ TYPES: Final[dict[str, Category]] = {
     "rbac.revokeBinding": "rbac",
     "rbac.rejectTokens": "rbac",
     "apiserver.watchCacheLag": "apiserver",
+    "apiserver.etcdPartition": "apiserver",
 }
 """Every fault type and where it is enforced."""
 
@@ -722,6 +723,8 @@ def _params(type_: str, raw: Any, causes: _Causes, match: Selector) -> dict[str,
                 p["rules"] = sorted(set(rules))
     elif type_ == "rbac.rejectTokens":
         text("user", required=True)
+    elif type_ == "apiserver.etcdPartition":
+        choice("mode", ("reset", "blackhole"))  # blackhole: each etcd call hangs for etcd's timeout first
     elif type_ == "apiserver.watchCacheLag":
         allowed.add("delay")
         if raw.get("delay") is not None:  # absent: the cache applies nothing until the fault ends

@@ -349,6 +349,28 @@ async def test_a_lagging_watch_cache_serves_old_state_but_never_to_a_consistent_
     assert cached["data"] == {"x": "1", "y": "2", "z": "3"}
 
 
+async def test_an_apiserver_partitioned_from_etcd_fails_its_writes_and_serves_its_past(
+        start_apiserver: StartApiServer, etcd: str, prefix: str, session: aiohttp.ClientSession) -> None:
+    """Chaos `apiserver.etcdPartition`: every etcd call of that apiserver fails (500, etcd's error), its
+    cache stops; the other apiserver goes on; healed, it catches up and writes again."""
+    a = Rest(session, await start(start_apiserver, etcd, prefix))
+    b = Rest(session, await start(start_apiserver, etcd, prefix))
+    await a.ok("POST", CM, cm("before"))
+    await b.ok("POST", "/chaos/v1/faults", {"name": "cut", "type": "apiserver.etcdPartition", "duration": None})
+    status, doc = await b.call("POST", CM, cm("refused"))
+    assert status == 500 and doc["message"].startswith("etcdserver: request timed out (chaos: fault cut"), doc
+    assert "reason" not in doc  # kube-apiserver's answer to an etcd error: code 500, reason Unknown
+    status, doc = await b.call("GET", CM)  # a consistent list needs etcd
+    assert status == 500, doc
+    await a.ok("POST", CM, cm("elsewhere"))  # the other apiserver is not cut off
+    cached = await b.ok("GET", CM, params={"resourceVersion": "0"})
+    assert [i["metadata"]["name"] for i in cached["items"]] == ["before"]
+    await b.ok("DELETE", "/chaos/v1/faults/cut")
+    await b.ok("POST", CM, cm("after"))
+    names = [i["metadata"]["name"] for i in (await b.ok("GET", CM))["items"]]
+    assert names == ["after", "before", "elsewhere"] and await a.status_of("GET", f"{CM}/refused") == 404
+
+
 async def test_a_watch_cache_lag_is_refused_without_etcd(start_apiserver: StartApiServer,
                                                           session: aiohttp.ClientSession) -> None:
     rest = Rest(session, await start_apiserver())
