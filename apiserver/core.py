@@ -56,7 +56,7 @@ from kubemesh.apiserver.serviceips import ServiceIPs
 from kubemesh.apiserver.serving import RequestCheck, Targets
 from kubemesh.apiserver.settings import ServerSettings
 from kubemesh.apiserver.storage import Backend, EventType, LogBackend, MemoryBackend, Store, StoreWriteError
-from kubemesh.apiserver.watching import Item, Watcher, WatchHub
+from kubemesh.apiserver.watching import Flusher, Item, Watcher, WatchHub
 from kubemesh.apiserver.webhooks import Webhooks
 from kubemesh.services.machinery.clock import ClusterClock
 from kubemesh.services.model.kinds import Kind, KindTable, Obj, key_of
@@ -185,7 +185,7 @@ def assemble(settings: ServerSettings, *, store: Store | None = None, etcd: Etcd
     nodes = NodeAuthorizer(store=store, rules=[Rule.of(r) for r in rbacdefaults.node_rules()])
     authorizer = Authorizer(store=store, enabled=settings.authorization_mode == "RBAC", first=nodes)  # publisher 3
     if settings.history_deliveries:
-        hub.on_deliver = _delivery_recorder(history)
+        hub.on_deliver = _delivery_recorder(history, hub.flusher)
     # The registry creates the initial namespaces: after the publishers, so that they are watched.
     rng = random.Random(settings.seed) if settings.seed is not None else random.Random()
     registry = Registry(store=store, clock=clock, rng=rng, kinds=kinds, tolerations=settings.tolerations)
@@ -264,10 +264,11 @@ def _write_recorder(history: History) -> Callable[[Kind, EventType, Obj, Obj | N
     return record_write
 
 
-def _delivery_recorder(history: History) -> Callable[[Watcher, Sequence[Item]], None]:
+def _delivery_recorder(history: History, flusher: Flusher) -> Callable[[Watcher, Sequence[Item]], None]:
     """The hub's delivery hook that records what each watcher was sent."""
     # Watchers flushed together mostly deliver the very same items: their `Seen` list is built
-    # once and shared by their history entries (nobody mutates a recorded list).
+    # once and shared by their history entries (nobody mutates a recorded list), and within one
+    # flush (`Flusher.batch`) those entries are one.
     last: list[Any] = [None, None]  # [items, seen]
 
     def record_delivery(w: Watcher, items: Sequence[Item]) -> None:
@@ -277,6 +278,6 @@ def _delivery_recorder(history: History) -> Callable[[Watcher, Sequence[Item]], 
         else:
             seen = [event.seen_as(type_) for type_, event, _ in items]
             last[0], last[1] = items, seen
-        history.deliveries(component=component, instance=instance, watch=w.id, seen=seen)
+        history.deliveries(component=component, instance=instance, watch=w.id, seen=seen, batch=flusher.batch)
 
     return record_delivery

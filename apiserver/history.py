@@ -44,29 +44,40 @@ WRITER: Final[ContextVar[tuple[str, str]]] = ContextVar("kubemesh_writer", defau
 
 
 class _Deliveries:
-    """The deliveries of one watch write: records `first` .. `first + len(seen) - 1`.
+    """The deliveries of one watch write, or of one flush's writes that carried the same events.
+
+    Records `first` .. `first + len(watchers) * len(seen) - 1`: each watcher's deliveries in
+    turn, in the order the watchers were written to, each in the order of `seen`.
 
     Deliveries are most of the history (one per event per watcher), so they are kept one entry
     per write, holding references to shared `Seen` tuples: no object per delivery, and dicts
-    only for the records someone reads. (A plain slotted class: one is built per watch write,
-    and a frozen dataclass's constructor costs several times more.)
+    only for the records someone reads. The watchers written to in one flush mostly get the
+    very same events (`History.deliveries`' `batch`): they share one entry, and the entry's
+    time (the flush's), instead of one entry each. (A plain slotted class: one is built per
+    watch write, and a frozen dataclass's constructor costs several times more.)
     """
 
-    __slots__ = ("component", "first", "instance", "seen", "time", "watch")
+    __slots__ = ("batch", "first", "seen", "time", "watchers")
 
-    def __init__(self, first: int, time: float, component: str, instance: str, watch: int,
-                 seen: list[Seen]) -> None:
+    def __init__(self, first: int, time: float, watcher: tuple[str, str, int], seen: list[Seen],
+                 batch: int | None) -> None:
         self.first = first
         self.time = time
-        self.component = component
-        self.instance = instance
-        self.watch = watch
+        self.watchers = [watcher]
+        """(component, instance, watch id) of each watcher recorded here."""
         self.seen = seen
+        self.batch = batch
+
+    def count(self) -> int:
+        """The records this entry holds."""
+        return len(self.watchers) * len(self.seen)
 
     def record(self, i: int) -> Record:
-        resource, event, key, rv = self.seen[i]
-        return {"index": self.first + i, "time": self.time, "type": "delivery", "component": self.component,
-                "instance": self.instance, "watch": self.watch, "resource": resource, "event": event, "key": key,
+        w, j = divmod(i, len(self.seen))
+        component, instance, watch = self.watchers[w]
+        resource, event, key, rv = self.seen[j]
+        return {"index": self.first + i, "time": self.time, "type": "delivery", "component": component,
+                "instance": instance, "watch": watch, "resource": resource, "event": event, "key": key,
                 "rv": rv}
 
 
@@ -109,7 +120,7 @@ def _first(entry: _Entry) -> int:
 
 
 def _count(entry: _Entry) -> int:
-    return len(entry.seen) if isinstance(entry, _Deliveries) else 1
+    return entry.count() if isinstance(entry, _Deliveries) else 1
 
 
 class History:
@@ -147,8 +158,10 @@ class History:
 
         return unsubscribe
 
-    def _keep(self, entry: _Entry, count: int) -> None:
-        self._entries.append(entry)
+    def _keep(self, entry: _Entry | None, count: int) -> None:
+        """Add an entry holding `count` records (None: `count` records added to the newest entry)."""
+        if entry is not None:
+            self._entries.append(entry)
         self._size += count
         # The ring drops whole entries, oldest first (a write's deliveries go together).
         while self._size > self.capacity and len(self._entries) > 1:
@@ -190,15 +203,32 @@ class History:
             shared = self._attributes[shape] = value
         return shared
 
-    def deliveries(self, *, component: str, instance: str, watch: int, seen: list[Seen]) -> None:
-        """Record the deliveries of one watch write, now, in order (the list is taken over, not copied)."""
+    def deliveries(self, *, component: str, instance: str, watch: int, seen: list[Seen],
+                   batch: int | None = None) -> None:
+        """Record the deliveries of one watch write, now, in order (the list is taken over, not copied).
+
+        `batch`: the flush this write belongs to (None: a write of its own). Consecutive writes
+        of one batch with the very same `seen` list (the flusher's watchers that got the same
+        events) share one entry and its time: one list append each instead of an entry, a
+        clock read and a ring step. The records read back are the same, one per delivery, in
+        the same order.
+        """
         if not seen:
             return
-        entry = _Deliveries(self._next, self.clock.now(), component, instance, watch, seen)
-        self._next += len(entry.seen)
-        self._keep(entry, len(entry.seen))
+        n = len(seen)
+        if batch is not None and not self._subscribers and self._entries:
+            last = self._entries[-1]
+            if isinstance(last, _Deliveries) and last.batch == batch and last.seen is seen:
+                last.watchers.append((component, instance, watch))
+                self._next += n
+                self._keep(None, n)
+                self._changed.set()
+                return
+        entry = _Deliveries(self._next, self.clock.now(), (component, instance, watch), seen, batch)
+        self._next += n
+        self._keep(entry, n)
         if self._subscribers:
-            for i in range(len(entry.seen)):
+            for i in range(n):
                 rec = entry.record(i)
                 for sub in tuple(self._subscribers):
                     sub(rec)
@@ -224,10 +254,10 @@ class History:
         out: list[Record] = []
         for entry in picked:
             if isinstance(entry, _Deliveries):
-                end = entry.first + len(entry.seen)
-                if end <= index + 1 or (wanted is not None and "delivery" not in wanted):
+                count = entry.count()
+                if entry.first + count <= index + 1 or (wanted is not None and "delivery" not in wanted):
                     continue
-                for i in range(max(0, index + 1 - entry.first), len(entry.seen)):
+                for i in range(max(0, index + 1 - entry.first), count):
                     out.append(entry.record(i))
                     if limit is not None and len(out) >= limit:
                         return out

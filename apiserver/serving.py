@@ -637,6 +637,13 @@ def _has_flow_control(transport: asyncio.Transport) -> bool:
     return True
 
 
+_LAST_FRAME: list[bytes] = [b"", b""]
+"""The last chunk a `TransportSink` framed, and its frame: the watchers of one flush are mostly
+written the very same chunk object (`watching.ChunkMemo`), which is then framed once."""
+_FRAME_MEMO_MAX: Final = 256 * 1024
+"""A bigger chunk is not kept for the next writer (it would stay alive until another write)."""
+
+
 class TransportSink:
     """A watch response written to synchronously (`apiserver.watching.Sink`).
 
@@ -655,7 +662,14 @@ class TransportSink:
         t = self._transport
         if t.is_closing():
             return False
-        t.write(b"%x\r\n%b\r\n" % (len(data), data))
+        last = _LAST_FRAME
+        if last[0] is data:
+            frame = last[1]
+        else:
+            frame = b"%x\r\n%b\r\n" % (len(data), data)
+            if len(data) <= _FRAME_MEMO_MAX:
+                last[0], last[1] = data, frame
+        t.write(frame)
         return t.get_write_buffer_size() <= self._limit
 
     async def drain(self) -> None:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -251,29 +252,34 @@ class Flusher:
         self._dirty: dict[Watcher, None] = {}
         self._handle: asyncio.Handle | asyncio.TimerHandle | None = None
         self._ready_at = float("-inf")
-        """Loop time before which no flush starts: the last flush's end plus its duration."""
+        """`time.perf_counter()` before which no flush starts: the last flush's end plus its duration.
+        (Not the loop's clock: uvloop's counts whole milliseconds, and most flushes take less.)"""
         self.flushes = 0
+        self.batch: int | None = None
+        """The number of the flush running now (None between flushes): the deliveries it writes
+        are one batch for the history (`History.deliveries`)."""
 
     def mark(self, w: Watcher) -> None:
         """`w` has queued items to write."""
         self._dirty[w] = None
         if self._handle is None:
             loop = asyncio.get_running_loop()
-            delay = self._ready_at - loop.time()
+            delay = self._ready_at - time.perf_counter()
             self._handle = loop.call_later(delay, self.flush) if delay > 0 else loop.call_soon(self.flush)
 
     def flush(self) -> None:
         """Write every marked watcher's backlog (the scheduled callback; tests call it too)."""
         self._handle = None
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        started = time.perf_counter()
         self.flushes += 1
+        self.batch = self.flushes
         dirty, self._dirty = self._dirty, {}
         try:
             self._flush_each(dirty)
         finally:
+            self.batch = None
             self.memo.clear()
-            ended = loop.time()
+            ended = time.perf_counter()
             self._ready_at = ended + min(ended - started, self.interval)
 
     def _flush_each(self, dirty: dict[Watcher, None]) -> None:

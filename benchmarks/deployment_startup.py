@@ -21,6 +21,17 @@ Reported per case:
   * `creationTimestamp`: the pod's `metadata.creationTimestamp` to Running seen on the watch,
     Kubernetes' pod startup SLI; creationTimestamp has one-second precision (truncated), which
     adds 0-1 s (0.5 s on average) to this figure;
+* **the hops of each pod** (`hops`: p50/p90/p99/max per hop), from the apiserver's history (the
+  writes and watch deliveries it recorded, stamped with the cluster clock at the moment the
+  store applied the write or the flusher wrote the delivery):
+  `created->scheduler` (the pod's creation to its delivery to the scheduler),
+  `scheduler->bound` (the scheduler's queue, filtering and binding request),
+  `bound->kubelet` (the binding to its delivery to the kubelet's watch),
+  `kubelet->status` (the kubelet's sync, to its first status write),
+  `status->running` (the first status write to the write that says Running: the emulated
+  container start, `--pod-start-delay`, plus the kubelet's wake-up and write),
+  `running->seen` (that write to its delivery to this benchmark's watch);
+  `total` is the creation write to the Running delivery;
 * CPU of every process of the mesh and of the machine during the rollout.
 
 Reference (published, not measured here): Kubernetes' pod startup SLO, p99 at most 5 s
@@ -83,6 +94,7 @@ class PodTimes(PodWatch):
         self.bound: dict[str, float] = {}
         self.running: dict[str, float] = {}
         self.running_cluster: dict[str, float] = {}
+        self.running_rv: dict[str, int] = {}
 
     def observe(self, type_: str, obj: dict[str, Any], now: float) -> bool:
         """Note first sight, binding and Running of each pod."""
@@ -99,6 +111,8 @@ class PodTimes(PodWatch):
         if name not in self.running and (obj.get("status") or {}).get("phase") == "Running":
             self.running[name] = now
             self.running_cluster[name] = self.clock.now()
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                self.running_rv[name] = int(md["resourceVersion"])
             return True
         return False
 
@@ -113,6 +127,47 @@ def dist(values: list[float]) -> dict[str, float]:
     return {"p50_s": percentile(v, 50), "p90_s": percentile(v, 90), "p99_s": percentile(v, 99),
             "max_s": v[-1] if v else float("nan"), "mean_s": sum(v) / len(v) if v else float("nan"),
             "count": len(v)}
+
+
+HOPS: Final = ("created->scheduler", "scheduler->bound", "bound->kubelet", "kubelet->status", "status->running",
+                "running->seen", "total")
+
+
+def hops(records: list[dict[str, Any]], running_rv: dict[str, int]) -> dict[str, dict[str, float]]:
+    """Per-hop distributions of the pods' way to Running, from the apiserver's history records.
+
+    `records`: the `write` and `delivery` records of the rollout; `running_rv`: per pod name,
+    the revision at which this benchmark's watch first saw it Running.
+    """
+    prefix = f"{NAMESPACE}/"
+    marks: dict[str, dict[str, float]] = {}
+    for r in records:
+        key = r.get("key")
+        if r.get("resource") != "pods" or not isinstance(key, str) or not key.startswith(prefix):
+            continue
+        name, t, who = key[len(prefix):], float(r["time"]), str(r.get("component", ""))
+        m = marks.setdefault(name, {})
+        if r["type"] == "write":
+            if r.get("event") == "ADDED":
+                m.setdefault("created", t)
+            elif who == "scheduler":
+                m.setdefault("bound", t)
+            elif who == "kubelet":
+                m.setdefault("status", t)
+                if r.get("rv") == running_rv.get(name):
+                    m["running"] = t
+        elif r["type"] == "delivery":
+            if who == "scheduler":
+                m.setdefault("scheduler", t)
+            elif who == "kubelet" and "bound" in m:
+                m.setdefault("kubelet", t)
+            elif who == "bench" and "running" in m and r.get("rv") == running_rv.get(name):
+                m.setdefault("seen", t)
+    steps = (("created->scheduler", "created", "scheduler"), ("scheduler->bound", "scheduler", "bound"),
+             ("bound->kubelet", "bound", "kubelet"), ("kubelet->status", "kubelet", "status"),
+             ("status->running", "status", "running"), ("running->seen", "running", "seen"),
+             ("total", "created", "seen"))
+    return {hop: dist([m[b] - m[a] for m in marks.values() if a in m and b in m]) for hop, a, b in steps}
 
 
 async def run_case(start_delay: float, args: argparse.Namespace) -> dict[str, Any]:
@@ -141,6 +196,7 @@ async def run_case(start_delay: float, args: argparse.Namespace) -> dict[str, An
             if args.profile:
                 profiler = Profiler(args.profile_dir or mesh.log_dir, f"deployment_startup-{start_delay:g}")
                 profiler.start(pids, args.profile)
+            since = int((await client.request("GET", "/chaos/v1/history", params={"since": str(10**12)}))["lastIndex"])
             t0 = time.monotonic()
             await client.create(DEPLOYMENTS, deployment_body(args.replicas), namespace=NAMESPACE)
             complete = await pods.wait_running(args.replicas, args.timeout)
@@ -148,6 +204,9 @@ async def run_case(start_delay: float, args: argparse.Namespace) -> dict[str, An
             await pods.stop()
             if profiler is not None:
                 result["profile"] = profiler.finish()
+            history = await client.request("GET", "/chaos/v1/history",
+                                           params={"since": str(since), "type": "write,delivery"})
+            result["hops"] = hops(history["items"], pods.running_rv)
         watch_lat = [pods.running[n] - pods.added[n] for n in pods.running if n in pods.added]
         ts_lat = [pods.running_cluster[n] - pods.created_ts[n] for n in pods.running if n in pods.created_ts]
         result.update({
@@ -184,6 +243,8 @@ async def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
               f"latency p50 {lw['p50_s']:.2f} s p99 {lw['p99_s']:.2f} s; per hop p50/p99: created->bound "
               f"{ab['p50_s']:.2f}/{ab['p99_s']:.2f} s, bound->Running {br['p50_s']:.2f}/{br['p99_s']:.2f} s; "
               f"all created after {r['all_created_s']:.1f} s", flush=True)
+        print("    hops p50/p99 s: " + ", ".join(f"{h} {r['hops'][h]['p50_s']:.3f}/{r['hops'][h]['p99_s']:.3f}"
+                                             for h in HOPS), flush=True)
         if "profile" in r:
             print_profile(r["profile"])
     return out

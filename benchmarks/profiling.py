@@ -16,7 +16,9 @@ Stages (the split the performance issue asks for):
 * `fields`: managedFields (server-side apply's bookkeeping);
 * `store`: the registry's write, the store, the history;
 * `encode`: rendering the response body;
-* `fan-out`: events built, encoded and written to the watchers;
+* `fan-out`: events built, encoded and written to the watchers (everything under the watch
+  flusher's flush, the connection writes included: those frames are the sink's `write` in
+  `serving.py`, which the innermost-frame rules would count as `http`);
 * `http`: aiohttp's parsing, routing, response writing and the apiserver's middleware.
 
 The split is a sampled estimate (200 samples/s by default): a stage under 1 % is noise.
@@ -52,6 +54,10 @@ STAGES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple((stage, re.compil
     ("http", r"aiohttp/|apiserver/server\.py|apiserver/serving\.py|services/process/metrics\.py"
              r"|apiserver/chaos/"),
 ))
+WITHIN: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
+    ("fan-out", re.compile(r"^flush \(kubemesh/apiserver/watching\.py|^_flush \(.*bare_server\.py")),
+)
+"""Stages that claim a whole sample when any frame of its stack matches, before the rules above."""
 IDLE: Final = re.compile(r"\((asyncio|uvloop)/|^select |^poll |Runner\.run|run_until_complete|run_forever")
 ORDER: Final = ("decode", "validate", "admission", "fields", "store", "encode", "fan-out", "http", "other")
 
@@ -101,6 +107,9 @@ def stage_of(frames: list[str]) -> str | None:
     """The stage of one sample (innermost frame first), None when the server was idle."""
     if frames and IDLE.search(frames[-1]):
         return None
+    for stage, pattern in WITHIN:
+        if any(pattern.search(frame) for frame in frames):
+            return stage
     for frame in reversed(frames):
         for stage, pattern in STAGES:
             if pattern.search(frame):

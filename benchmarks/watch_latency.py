@@ -4,8 +4,14 @@ For each server (`apiserver` as shipped, `apiserver` with history_deliveries off
 bare reference of `bare_server.py`, whose watch fans out the same way), in one run:
 
 1. start the server in its own process (pinned to core 0 when there are two or more cores);
-2. open the watchers (msgpack), spread over `--watcher-procs` processes; each reads its
-   stream without decoding it and finds every event's send time by a byte marker;
+2. open the watchers (msgpack): `--timed-watchers` (10) of them, the measuring ones, in a
+   process of their own, which reads each stream without decoding it and finds every event's
+   send time by a byte marker; the others, the load, spread over `--watcher-procs`
+   processes that only count the events they read. (When every one of 100 watchers was
+   timed, the two client processes on the load core spent most of a core scanning, and a
+   read was timed when its process got the core back, not when the server wrote it: the
+   load's readers and the measuring readers are now apart, and the measuring process, mostly
+   idle, is scheduled as soon as its data arrives.);
 3. a writer (this process) creates pods at `--rate` per second over a pool of keep-alive
    connections, stamping the wall time just before each request is written into an
    annotation (`bench.kubemesh.io/sent`);
@@ -37,6 +43,7 @@ from typing import Any, Final
 from _common import (
     NAME_SLOT,
     PYTHON,
+    RESULTS_DIR,
     SENT_SLOT,
     HttpConnection,
     ServerProcess,
@@ -57,6 +64,7 @@ from _common import (
     table,
     write_results,
 )
+from profiling import format_split, maybe_sample, split
 
 ENCODING: Final = "msgpack"
 POD_PATH: Final = "/api/v1/namespaces/default/pods"
@@ -66,10 +74,10 @@ WATCH_PATH: Final = POD_PATH + "?watch=true"
 # ---------------------------------------------------------------------------------- watchers
 
 
-async def watchers_role(port: int, n: int, out: Path) -> None:
-    """Hold n timed watches; REPORT prints counts; STOP writes the samples to `out`.* and exits."""
+async def watchers_role(port: int, n: int, out: Path, *, timed: bool) -> None:
+    """Hold n watches (timed, or counting only); REPORT prints counts; STOP writes the samples to `out`.* and exits."""
     marker = sent_marker(ENCODING)
-    streams = [await open_watch(port, WATCH_PATH, ENCODING, marker, timed=True) for _ in range(n)]
+    streams = [await open_watch(port, WATCH_PATH, ENCODING, marker, timed=timed) for _ in range(n)]
     print("READY", flush=True)
     cpu0 = time.process_time()
     wall = Timer()
@@ -100,14 +108,23 @@ async def watchers_role(port: int, n: int, out: Path) -> None:
 class WatcherProcs:
     """The watcher processes, seen from the driver."""
 
-    def __init__(self, port: int, total: int, procs: int, cores: set[int] | None, workdir: Path) -> None:
+    def __init__(self, port: int, total: int, procs: int, timed: int, cores: set[int] | None, workdir: Path) -> None:
+        """`timed` of the `total` watchers in a process of their own; the rest spread over `procs` processes.
+
+        With `timed >= total`, every watcher is timed, spread over `procs` processes.
+        """
         self.outs: list[Path] = []
         self.procs: list[subprocess.Popen[str]] = []
-        per = [total // procs + (1 if i < total % procs else 0) for i in range(procs)]
-        for i, n in enumerate(x for x in per if x):
+        load = 0 if timed >= total else total - timed
+        per = [load // procs + (1 if i < load % procs else 0) for i in range(procs)]
+        if load:
+            groups = [(timed, True), *((n, False) for n in per)]
+        else:
+            groups = [(total // procs + (1 if i < total % procs else 0), True) for i in range(procs)]
+        for i, (n, is_timed) in enumerate(g for g in groups if g[0]):
             out = workdir / f"watchers-{port}-{i}"
             cmd = [PYTHON, str(Path(__file__).resolve()), "--role", "watchers", "--port", str(port),
-                   "--watchers", str(n), "--out", str(out)]
+                   "--watchers", str(n), "--out", str(out), *(("--timed",) if is_timed else ())]
             p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env())
             pin(p.pid, cores)
             self.procs.append(p)
@@ -235,13 +252,17 @@ def measure(kind: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any
     server = ServerProcess.start(kind, cores=srv_cores, log_dir=workdir)
     watchers: WatcherProcs | None = None
     try:
-        watchers = WatcherProcs(server.port, args.watchers, args.watcher_procs, load_cores, workdir)
+        watchers = WatcherProcs(server.port, args.watchers, args.watcher_procs, args.timed_watchers, load_cores,
+                                workdir)
         pin(os.getpid(), load_cores)
         cpu0 = server.cpu_seconds()
         t = Timer()
-        w = run_loop(lambda: write_paced(server.port, args.rate, args.duration, args.connections))
+        profile = None if args.profile_dir is None else args.profile_dir / f"{kind}-{server.port}.raw"
+        with maybe_sample(server.proc.pid, profile):
+            w = run_loop(lambda: write_paced(server.port, args.rate, args.duration, args.connections))
         drain = watchers.wait_drained(w["ok"], timeout=30.0)
-        server_cpu = (server.cpu_seconds() - cpu0) / t.elapsed()
+        server_cpu_s = server.cpu_seconds() - cpu0
+        server_cpu = server_cpu_s / t.elapsed()
         rss = server.rss_mb()
         sent, received, summary = watchers.stop()
     finally:
@@ -262,6 +283,11 @@ def measure(kind: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any
         "events_min": min(events) if events else 0, "events_expected": w["ok"],
         "watchers": len(events), "watchers_open": summary["open"],
         "drain_s": drain, "server_cpu": server_cpu, "watcher_cpu": summary["cpu"], "server_rss_mb": rss,
+        # The server's CPU for the whole run per delivery: what the load costs it, which other work
+        # on the machine moves far less than it moves the latencies.
+        "server_cpu_s": server_cpu_s,
+        "server_cpu_us_per_delivery": server_cpu_s / sum(events) * 1e6 if sum(events) else float("nan"),
+        **({"profile": split(profile)} if profile is not None else {}),
     }
 
 
@@ -274,7 +300,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="seconds at the start left out of the statistics (default 1; 0.5 with --quick)")
     p.add_argument("--rate", type=float, default=1000.0, help="creates per second")
     p.add_argument("--watchers", type=int, default=None, help="msgpack watchers (default 100; 10 with --quick)")
-    p.add_argument("--watcher-procs", type=int, default=2, help="processes the watchers are spread over")
+    p.add_argument("--watcher-procs", type=int, default=2, help="processes the load's watchers are spread over")
+    p.add_argument("--timed-watchers", type=int, default=10,
+                   help="watchers whose deliveries are timed, in a process of their own (the others only count "
+                        "what they read); at least --watchers times every watcher, as before")
     p.add_argument("--connections", type=int, default=64,
                    help="writer connections (one request in flight each: enough that slow responses do not hold "
                         "back the pacing)")
@@ -285,9 +314,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--nice", type=int, default=0,
                    help="niceness for the benchmark's processes (negative needs root: less noise from other work)")
     p.add_argument("--results-dir", type=Path, default=None, help="where to write watch_latency.json")
+    p.add_argument("--profile", action="store_true",
+                   help="sample each server with py-spy while it is written to; print the split and keep the raw "
+                        "stacks in <results-dir>/watch_latency-profiles/")
     p.add_argument("--role", choices=("driver", "watchers"), default="driver", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--timed", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.duration is None:
         a.duration = 2.0 if a.quick else 10.0
@@ -305,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.role == "watchers":
         assert args.out is not None
-        run_loop(lambda: watchers_role(args.port, args.watchers, args.out))
+        run_loop(lambda: watchers_role(args.port, args.watchers, args.out, timed=args.timed))
         return 0
     apply_nice(args.nice)
     mach = machine()
@@ -313,7 +346,11 @@ def main(argv: list[str] | None = None) -> int:
     # affinity no longer shows the server's core.
     args.cores = (None, None) if args.no_pin else server_cores()
     servers = [s.strip() for s in args.servers.split(",") if s.strip()]
-    print(f"watch_latency: {args.watchers} msgpack watchers over {args.watcher_procs} processes, "
+    args.profile_dir = None
+    if args.profile:
+        args.profile_dir = (args.results_dir or RESULTS_DIR) / "watch_latency-profiles"
+        args.profile_dir.mkdir(parents=True, exist_ok=True)
+    print(f"watch_latency: {args.watchers} msgpack watchers ({min(args.timed_watchers, args.watchers)} timed), "
           f"{args.rate:,.0f} creates/s for {args.duration:g}s (first {args.warmup:g}s left out)", flush=True)
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="kubemesh-bench-") as tmp:
@@ -321,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
             r = results[kind] = measure(kind, args, Path(tmp))
             print(f"  {kind:24s} p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  max {r['max_ms']:.1f} ms  "
                   f"{r['write_rate']:,.0f} writes/s  events {r['events_min']}/{r['events_expected']}", flush=True)
+            if "profile" in r:
+                print(f"  {'':24s} profile: {format_split(r['profile'])}", flush=True)
     ratios = {kind: {"p50": r["p50_ms"] / results["bare"]["p50_ms"], "p99": r["p99_ms"] / results["bare"]["p99_ms"]}
               for kind, r in results.items() if kind != "bare" and "bare" in results}
     api = results.get("apiserver")
@@ -328,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "watch_latency",
         "machine": mach,
         "config": {"rate": args.rate, "duration_s": args.duration, "warmup_s": args.warmup,
-                   "watchers": args.watchers, "watcher_procs": args.watcher_procs, "encoding": ENCODING,
+                   "watchers": args.watchers, "watcher_procs": args.watcher_procs,
+                   "timed_watchers": min(args.timed_watchers, args.watchers), "encoding": ENCODING,
                    "connections": args.connections, "quick": args.quick, "servers": servers},
         "results": results,
         "ratios_vs_bare": ratios,
@@ -339,10 +379,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = [[kind, r["p50_ms"], r["p90_ms"], r["p99_ms"], r["p999_ms"], r["max_ms"], r["write_rate"],
              r["deliveries_per_s"], f"{r['events_min']}/{r['events_expected']}",
              f"{r['watchers_open']}/{r['watchers']}",
-             f"{r['server_cpu']:.0%}", f"{r['watcher_cpu']:.0%}"] for kind, r in results.items()]
+             f"{r['server_cpu']:.0%}", r["server_cpu_us_per_delivery"], f"{r['watcher_cpu']:.0%}"]
+            for kind, r in results.items()]
     print()
     print(table(["server", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "writes/s", "deliveries/s",
-                 "events min", "open", "server cpu", "watcher cpu"], rows))
+                 "events min", "open", "server cpu", "server µs/delivery", "watcher cpu"], rows))
     for kind, r in ratios.items():
         print(f"{kind} vs bare: p50 x{r['p50']:.1f}, p99 x{r['p99']:.1f}")
     if api is not None:

@@ -26,6 +26,7 @@ import random
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import aiohttp
 import structlog
@@ -40,6 +41,14 @@ from kubemesh.services.machinery.clock import Clock
 from kubemesh.services.machinery.informing import Informer, InformerSettings
 from kubemesh.services.model.codec import Encoding
 from kubemesh.services.model.kinds import NAMESPACES, NODES, Kind, Obj
+
+IDLE_CONNECTION_TIMEOUT: Final = 90.0
+"""Wall seconds an idle keep-alive connection stays in the process's pool (client-go's
+`IdleConnTimeout`; aiohttp's default is 15 s, the apiserver keeps them for an hour). The nodes'
+clients share one pool, which a burst (a rollout's status writes, all nodes at once) grows and
+a quiet spell shrinks: connections dropped after 15 s made the next burst open new ones, and a
+new connection waits for its TLS handshake on a busy apiserver for seconds, where a request on
+a kept one takes milliseconds (deployment_startup's status writes)."""
 
 log = structlog.get_logger("kubelet.hosting")
 
@@ -78,7 +87,7 @@ class KubeletHost:
 
     def build(self) -> None:
         """Create the connector, the clients and the nodes (nothing runs yet)."""
-        self._connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+        self._connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=IDLE_CONNECTION_TIMEOUT)
         s = self.settings
         hb_timeout = max(self.clock.to_wall(s.node_status_update_frequency), s.min_wall_timeout)
         pod_informers = InformerSettings(first_list_from_cache=s.pods_first_list_from_cache)

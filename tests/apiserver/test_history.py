@@ -71,3 +71,41 @@ def test_since_matches_a_plain_list_of_records_whatever_the_ring_holds() -> None
                     want = [r for r in kept if r["index"] > since and (types is None or r["type"] in types)]  # type: ignore[operator]
                     assert h.since(since, types=types) == want
                     assert h.since(since, types=types, limit=2) == want[:2]
+
+
+async def test_deliveries_of_one_flush_read_back_as_one_record_each_in_order() -> None:
+    """Watchers written in one flush with the same events (one `batch`, one `seen` list) are recorded together.
+
+    What is read back is what separate calls would give: one record per delivery, numbered
+    in order, each with its own watcher; the ring still drops whole entries, oldest first.
+    """
+    rng = random.Random(11)
+    for capacity in (3, 40, 10_000):
+        clock = ManualClock()
+        h = History(clock=clock, capacity=capacity)
+        plain: list[dict[str, object]] = []
+        batch = 0
+        for step in range(300):
+            if rng.random() < 0.2:
+                h.append("request", n=step)
+                plain.append({"index": h.last_index, "time": h.clock.now(), "type": "request", "n": step})
+                continue
+            batch += 1
+            seen = [("pods", "ADDED", f"default/p{step}", step * 10 + j) for j in range(rng.randint(1, 3))]
+            for w in range(rng.randint(1, 5)):
+                if rng.random() < 0.2:  # a watcher that saw something else in this flush: its own list
+                    mine = [("pods", "DELETED", f"default/q{step}", step * 10)]
+                else:
+                    mine = seen
+                first = h.last_index + 1
+                h.deliveries(component="c", instance=f"i{w}", watch=w, seen=mine, batch=batch)
+                plain.extend({"index": first + j, "time": h.clock.now(), "type": "delivery", "component": "c",
+                              "instance": f"i{w}", "watch": w, "resource": r, "event": e, "key": k, "rv": rv}
+                             for j, (r, e, k, rv) in enumerate(mine))
+            await clock.advance(0.5)
+        kept = [r for r in plain if r["index"] >= h.first_index]  # type: ignore[operator]
+        assert h.last_index == len(plain)
+        assert h.since(0) == kept
+        for since in (h.first_index + 1, h.last_index - 7):
+            assert h.since(since, types=["delivery"], limit=4) == [
+                r for r in kept if r["index"] > since and r["type"] == "delivery"][:4]  # type: ignore[operator]

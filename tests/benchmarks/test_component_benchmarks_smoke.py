@@ -86,4 +86,8 @@ def test_deployment_startup_quick(tmp_path: Path) -> None:
     for key in ("latency_watch", "latency_creation_timestamp"):
         assert {"p50_s", "p99_s", "max_s", "count"} <= case[key].keys()
     assert {"all_running_s", "all_created_s", "all_bound_s", "mesh_ready_s"} <= case.keys()
+    # each pod's way to Running, hop by hop, from the apiserver's history
+    assert case["hops"].keys() == {"created->scheduler", "scheduler->bound", "bound->kubelet", "kubelet->status",
+                                   "status->running", "running->seen", "total"}
+    assert all(h["count"] == 100 for h in case["hops"].values())
     assert {"apiserver", "scheduler", "controller-manager"} <= case["cpu"].keys()
