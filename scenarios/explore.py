@@ -520,16 +520,20 @@ async def explore(workload: Workload, *, target: str, budget: int, seed: int, re
     return summary
 
 
-async def replay(finding: Path, *, times: int, workload: Workload | None = None,
+async def replay(finding: Path, *, times: int, workload: Workload | None = None, bugs: Sequence[str] | None = None,
                  log: Callable[[str], None] | None = None) -> tuple[float, list[str]]:
-    """Re-run a finding `times` times; (the share of runs that failed its oracles, their verdicts)."""
+    """Re-run a finding `times` times; (the share of runs that failed its oracles, their verdicts).
+
+    `bugs` replaces the finding's bug switches (`()`: the fixed code under the same plan).
+    """
     doc = _load(finding)
     wl = workload or resolve(str(doc["workload"]))
     reference = Reference.from_public(doc["reference"])
     verdicts: list[str] = []
     failed = 0
     for i in range(1, times + 1):
-        run = await run_workload(wl, target=str(doc["target"]), bugs=list(doc.get("bugs") or []),
+        switches = list(doc.get("bugs") or []) if bugs is None else list(bugs)
+        run = await run_workload(wl, target=str(doc["target"]), bugs=switches,
                                  profile=str(doc.get("profile") or "current"), seed=int(doc["seed"]),
                                  faults=list(doc["plan"]), out=finding.parent / f"replay-{i:02d}")
         bad, verdict, _ = reference.judge(run)
