@@ -59,7 +59,8 @@ Family = Literal["unobserved", "intermediate", "stale"]
 FAMILIES: Final[tuple[Family, ...]] = ("unobserved", "intermediate", "stale")
 WORKLOAD_COMPONENT: Final = "explore-workload"
 """The component name the workload's client sends (its writes in the history)."""
-NOISE: Final = frozenset({"events", "leases", "endpointslices", "endpoints", "componentstatuses"})
+NOISE: Final = frozenset({"events", "leases", "endpointslices", "endpoints", "componentstatuses", "clusterroles",
+                          "clusterrolebindings", "roles", "rolebindings", "serviceaccounts"})
 """Resources never perturbed and never compared: bookkeeping, not the workload's state."""
 EVENT_ORDER: Final = {"DELETED": 0, "ADDED": 1, "MODIFIED": 2}
 HOLD_DELAY: Final = 30.0
@@ -87,6 +88,13 @@ def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
         for k, v in value.items():
             _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
     elif isinstance(value, list):
+        # Conditions, containers, env: keyed by their type or name, so that an entry missing in
+        # one run shows as that entry, not as every later index shifted by one.
+        for k in ("type", "name"):
+            if value and all(isinstance(v, dict) and isinstance(v.get(k), str) for v in value):
+                for v in value:
+                    _flatten(v, f"{prefix}[{v[k]}]", out)
+                return
         for i, v in enumerate(value):
             _flatten(v, f"{prefix}[{i}]", out)
     elif not ((isinstance(value, str) and _TIMESTAMP.match(value))
@@ -104,8 +112,12 @@ def normalize(objects: Mapping[str, Iterable[Mapping[str, Any]]]) -> State:
             md = dict(obj.get("metadata") or {})
             name = str(md.get("name", ""))
             gen = md.get("generateName")
+            owners = [str(o.get("name")) for o in md.get("ownerReferences") or [] if isinstance(o, dict)]
             if gen and name.startswith(str(gen)):
                 name = f"{gen}*"
+            elif any(name.startswith(f"{o}-") for o in owners):
+                # A controller's child named after its owner: the suffix is the controller's choice.
+                name = f"{next(o for o in owners if name.startswith(f'{o}-'))}-*"
             group = f"{resource}/{md.get('namespace') or ''}/{name}"
             flat: dict[str, Any] = {}
             body = {k: v for k, v in obj.items() if k != "metadata"}

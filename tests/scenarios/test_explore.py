@@ -37,6 +37,9 @@ def test_normalize_masks_identity_time_and_generated_names() -> None:
     b = normalize({"pods": [_pod("web-xyz", uid="3", node="n1", generate="web-"), _pod("x", uid="4", node="n2")]})
     assert a == b
     assert set(a) == {"pods/default/web-*", "pods/default/x"}
+    owned = _pod("rs-1-k2x", uid="5", node="n1")
+    owned["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "name": "rs-1", "uid": "5"}]
+    assert set(normalize({"pods": [owned]})) == {"pods/default/rs-1-*"}
 
 
 def test_learned_mask_hides_what_varies_and_diff_shows_the_rest() -> None:
