@@ -12,7 +12,8 @@ The search (Sieve's, at mesh speed), for one target component and one workload
 2. **Plans** (`derive_plans`), from the deliveries and writes both reference runs share:
    * `unobserved`: `watch.hold` of one (resource, event type, object) the target received,
      released `HOLD_DELAY` cluster seconds after the target receives the next event of another
-     object: the target sees the two in the other order, and the first one late;
+     object that the target did not write itself (or after `HOLD_MAX`): the target sees the two
+     in the other order, and the first one late;
    * `intermediate`: `component.crash` with restart, fired right after the target's first write
      of one (resource, event type);
    * `stale`: `component.freezeInformer` of one of the target's informers for `FREEZE_FOR`
@@ -47,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from kubemesh.scenarios import timeline
 from kubemesh.scenarios.explore_workloads import Stuck, Workload, resolve
 from kubemesh.scenarios.framework import ScenarioContext, ScenarioError
 from kubemesh.scenarios.running import COMPONENT_ARGS
@@ -65,8 +67,9 @@ NOISE: Final = frozenset({"events", "leases", "endpointslices", "endpoints", "co
 EVENT_ORDER: Final = {"DELETED": 0, "ADDED": 1, "MODIFIED": 2}
 HOLD_DELAY: Final = 30.0
 """Cluster seconds a held event stays held after the release trigger's event reached the target."""
-HOLD_MAX: Final = 120.0
-"""Cluster seconds a hold lasts at most (its release trigger may never fire in a perturbed run)."""
+HOLD_MAX: Final = 60.0
+"""Cluster seconds a hold lasts at most from the run's start: its release event may never come in a
+perturbed run (it may be a consequence of the held one); then the target gets the event late, not never."""
 FREEZE_FOR: Final = 20.0
 """Cluster seconds a frozen informer stays frozen."""
 FLAKY_BELOW: Final = 0.9
@@ -220,6 +223,7 @@ async def run_workload(workload: Workload, *, target: str, bugs: Sequence[str], 
     history: list[dict[str, Any]] = []
     objects: dict[str, list[dict[str, Any]]] = {}
     cluster_s = 0.0
+    ctx: ExploreContext | None = None
     try:
         try:
             await mesh.start()
@@ -252,9 +256,8 @@ async def run_workload(workload: Workload, *, target: str, bugs: Sequence[str], 
         with contextlib.suppress(Exception):
             await mesh.stop()
         _scrub(out / "mesh")
-    with (out / "history.jsonl").open("w") as fh:
-        for r in history:
-            fh.write(json.dumps(r) + "\n")
+    _write_history(out, history, ctx=ctx, title=f"explore {target} with {workload.name}, seed {seed}",
+                   verdict=stuck or "converged")
 
     def of(kind: str) -> list[tuple[str, str, str]]:
         return [(str(r.get("resource")), str(r.get("event")), str(r.get("key"))) for r in history
@@ -267,6 +270,19 @@ async def run_workload(workload: Workload, *, target: str, bugs: Sequence[str], 
 
 def _deadline(wall_s: float) -> asyncio.Timeout:
     return asyncio.timeout(wall_s)
+
+
+def _write_history(out: Path, history: Sequence[dict[str, Any]], *, ctx: ScenarioContext | None, title: str,
+                   verdict: str) -> None:
+    """`history.jsonl` and `timeline.html` (the scenarios' page) of one run."""
+    with (out / "history.jsonl").open("w") as fh:
+        for r in history:
+            fh.write(json.dumps(r, sort_keys=True) + "\n")
+    if ctx is not None:
+        page = timeline.render(history=history, title=title, verdict=verdict, t0=ctx.t0,
+                               t_end=float(history[-1]["time"]) if history else None, moments=ctx.moments,
+                               windows=ctx.windows, focus=set(ctx.focus_keys))
+        (out / "timeline.html").write_text(page)
 
 
 def _fresh(out: Path) -> None:
@@ -326,7 +342,9 @@ def derive_plans(refs: Sequence[Run], *, target: str, seed: int, touched: set[st
     by_family: dict[Family, list[tuple[tuple[int, float], Plan]]] = {f: [] for f in FAMILIES}
     for (res, ev), (i, (_, _, key)) in chosen.items():
         order = (EVENT_ORDER.get(ev, 3), rng.random())
-        nxt = next((d for d in seq[i + 1:] if d[2] != key), None)
+        # The release is an event of another object that the target did not write itself (its own
+        # echo may wait on the held event: a hold released by it would never end before HOLD_MAX).
+        nxt = next((d for d in seq[i + 1:] if d[2] != key and d not in common_w), None)
         hold: dict[str, Any] = {"name": "explore-hold", "type": "watch.hold", "target": {"component": target},
                                 "match": {"resources": [res], "eventTypes": [ev], **_selector(res, key)},
                                 "duration": HOLD_MAX}
