@@ -430,12 +430,15 @@ class Finding:
     verdict: str
     diff: list[str]
     replay_rate: float
+    """Share of the runs of the plan that failed: 1.0 (the one run) until replayed."""
     report: str
+    replays: int = 0
 
     def public(self) -> dict[str, Any]:
         """The contract's JSON form."""
         return {"family": self.family, "plan": self.plan, "label": self.label, "seed": self.seed,
-                "verdict": self.verdict, "diff": self.diff, "replay_rate": self.replay_rate, "report": self.report}
+                "verdict": self.verdict, "diff": self.diff, "replay_rate": self.replay_rate, "replays": self.replays,
+                "report": self.report}
 
 
 @dataclass(kw_only=True)
@@ -543,6 +546,7 @@ async def explore(workload: Workload, *, target: str, budget: int, seed: int, re
             rate, _ = await replay(out / "finding.json", times=replays, workload=workload)
             summary.runs += replays
             finding.replay_rate = rate
+            finding.replays = replays
             say(f"    replayed {replays} times: reproduced {rate:.0%}{' (flaky)' if rate < FLAKY_BELOW else ''}")
         summary.findings.append(finding)
     summary.wall_s = time.monotonic() - started

@@ -111,7 +111,9 @@ async def _run(args: argparse.Namespace) -> int:
                                     report_dir=report_dir, bugs=args.bugs, profile=args.profile,
                                     replays=args.replays, families=tuple(args.families) or explore.FAMILIES, log=say)
     for f in summary.findings:
-        say(f"finding ({f.family}): {f.label}\n    {f.verdict}\n    replay rate {f.replay_rate:.0%}; {f.report}")
+        rate = (f"reproduced in {f.replay_rate:.0%} of {f.replays} replays" if f.replays
+                else "not replayed (--replays N)")
+        say(f"finding ({f.family}): {f.label}\n    {f.verdict}\n    {rate}; {f.report}")
     for line in summary.lines():
         say(line)
     if args.json:
