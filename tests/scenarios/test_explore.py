@@ -127,3 +127,15 @@ def test_cli_lists_the_workloads(capsys: pytest.CaptureFixture[str]) -> None:
 
 async def _maybe(value: Any) -> Any:
     return await value if asyncio.iscoroutine(value) else value
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["run", "--target", "kubelet"], "--workload is needed: kubelet has no default workload"),
+    (["run", "--target", "scheduler", "--families", "timing"], "--families: unknown timing"),
+    (["run", "--target", "scheduler", "--workload", "nope"], "--workload: unknown workload 'nope'"),
+])
+async def test_cli_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    explore_cli.configure(parser)
+    assert await _maybe(explore_cli.run(parser.parse_args(argv))) == 2
+    assert message in capsys.readouterr().err
