@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import ipaddress
+import os
 import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -68,6 +69,13 @@ def _load_grpc() -> None:
     """
     global grpc, rpc  # one lazy import for the module, at the first client
     if rpc is None:
+        # gRPC's fork support restarts its poller threads in a forked child. A process that talks to
+        # etcd and then spawns another with a preexec_fn (the launcher, for PR_SET_PDEATHSIG; a test
+        # process that read etcd directly) forks, the child closes its file descriptors before exec,
+        # and the restarted poller aborts it on EBADF (SIGABRT/SIGSEGV before the component even
+        # starts; 3 starts in 8 in a reproduction). Nothing here uses gRPC across a fork: off,
+        # unless the environment says otherwise. Read by gRPC when it is first imported.
+        os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
         import grpc as grpc_module  # noqa: PLC0415 - deferred: see the docstring
         from aetcd import rpc as rpc_module  # noqa: PLC0415
 

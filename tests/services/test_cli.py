@@ -94,8 +94,9 @@ def test_subcommands_are_values_and_the_scenario_command_arrives_by_entry_point(
     with pytest.raises(SystemExit):
         parser.parse_args(["--help"])
     assert "a test command" in capsys.readouterr().out
-    # `kubemesh scenario` lives above services and comes in through the kubemesh.commands entry point.
-    assert [c.name for c in cli.entry_point_commands()] == ["scenario"]
+    # `kubemesh scenario` and `kubemesh explore` live above services and come in through the
+    # kubemesh.commands entry point.
+    assert sorted(c.name for c in cli.entry_point_commands()) == ["explore", "scenario"]
     assert {"bugs", "up", "status", "down", "chaos"} <= {c.name for c in cli.builtin_commands()}
 
 
