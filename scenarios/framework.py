@@ -116,6 +116,9 @@ class Verdict:
     """One or two sentences: what happened, to which object, when, and the component's error."""
     evidence: tuple[str, ...] = ()
     """Supporting facts, one per line."""
+    machine_stall: bool = False
+    """The run is inconclusive because the mesh stood still (the machine too busy for the clock rate):
+    it says nothing about the race, and the runner runs it once more (`running.run_once`)."""
 
 
 class Scenario(ABC):

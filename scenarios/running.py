@@ -125,8 +125,23 @@ async def run_once(scenario: Scenario, *, mode: Mode, seed: int, clock_rate: flo
 
     `faults=False` skips the scenario's injections; `expected` (default: the mode's outcome)
     is what the run's `ok` compares with; `profile` (default: the scenario's) is the release
-    the mesh runs as.
+    the mesh runs as. A run whose verdict says the machine stalled the mesh (`Verdict.machine_stall`:
+    it tells nothing about the race) is run once more on a fresh mesh, and the second run stands.
     """
+    for attempt in (1, 2):
+        result, stalled = await _run(scenario, mode=mode, seed=seed, clock_rate=clock_rate, report_dir=report_dir,
+                                     log=log, faults=faults, expected=expected, profile=profile)
+        if not stalled or attempt == 2:
+            return result
+        if log is not None:
+            log(f"{scenario.name} {mode}: the machine stalled the mesh ({result.summary[:120]}...); running it again")
+    raise AssertionError("unreachable")
+
+
+async def _run(scenario: Scenario, *, mode: Mode, seed: int, clock_rate: float | None, report_dir: Path,
+               log: Callable[[str], None] | None, faults: bool, expected: Outcome | None,
+               profile: str | None) -> tuple[RunResult, bool]:
+    """One attempt of `run_once`: its result, and whether the machine stalled it."""
     release = profile or scenario.profile
     shape = scenario.mesh_shape(mode)
     rate = clock_rate or shape.clock_rate
@@ -183,7 +198,7 @@ async def run_once(scenario: Scenario, *, mode: Mode, seed: int, clock_rate: flo
                        skipped=list(ctx.skipped) if ctx is not None else [])
     write_report(out, scenario=scenario, result=result, verdict=verdict, ctx=ctx, history=history, events=events,
                  t0=t0, t_end=t_end, clock_rate=rate)
-    return result
+    return result, verdict.outcome == "inconclusive" and verdict.machine_stall
 
 
 def _scrub_state(state: Path) -> None:

@@ -82,6 +82,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
@@ -677,9 +678,14 @@ class ZoneDisruption(Scenario):
         self._check_master(facts, obs, j, a_last, end=ctx.now(), tainting=ctx.mode == "fixed" or any(
             f.tainted is not None for f in facts.values()))
         if j.problems:
-            return oracles.inconclusive(f"a phase was off its flags: {j.problems[0]}{_stalled(obs, j, rate)}",
-                                        j.evidence)
-        return self._verdict(facts, events, j, a_last, note=_stalled(obs, j, rate))
+            stalled = _stalled(obs, j, rate)
+            return dataclasses.replace(
+                oracles.inconclusive(f"a phase was off its flags: {j.problems[0]}{stalled}", j.evidence),
+                machine_stall=bool(stalled))
+        verdict = self._verdict(facts, events, j, a_last, note=_stalled(obs, j, rate))
+        if verdict.outcome == "inconclusive" and obs.stalls:
+            return dataclasses.replace(verdict, machine_stall=True)
+        return verdict
 
     def _check_states(self, ctx: ScenarioContext, obs: Observer, facts: Mapping[str, NodeFacts], j: Judge, *,
                       end: float) -> None:
