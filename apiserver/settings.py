@@ -80,15 +80,18 @@ class ServerSettings:
     `--no-system-pods` leaves kube-system empty (scenario meshes, which hold only their own objects)."""
 
 
-def own_url(settings: ServerSettings) -> str:
-    """How clients reach this apiserver: its scheme, advertised (else bound, else host) address and port."""
+def _address(settings: ServerSettings) -> str:
+    """`--advertise-address`, else the bind address, else (bound to every address, as in a container) the host name."""
     import socket  # noqa: PLC0415 - only for this rare case
 
     address = settings.advertise_address or settings.host
-    if address in ("0.0.0.0", "::", ""):
-        address = socket.gethostname()
+    return socket.gethostname() if address in ("0.0.0.0", "::", "") else address
+
+
+def own_url(settings: ServerSettings) -> str:
+    """How clients reach this apiserver: its scheme, `_address` and port."""
     scheme = "https" if settings.tls_cert and settings.tls_key else "http"
-    return f"{scheme}://{address}:{settings.port}"
+    return f"{scheme}://{_address(settings)}:{settings.port}"
 
 
 def apiserver_identity(settings: ServerSettings) -> str:
@@ -97,9 +100,4 @@ def apiserver_identity(settings: ServerSettings) -> str:
     The address is `--advertise-address`, else the bind address, else (bound to every address,
     as in a container) the host name: each apiserver of a compose stack has its own.
     """
-    import socket  # noqa: PLC0415 - only for this rare case
-
-    address = settings.advertise_address or settings.host
-    if address in ("0.0.0.0", "::", ""):
-        address = socket.gethostname()
-    return f"apiserver-{address}-{settings.port}"
+    return f"apiserver-{_address(settings)}-{settings.port}"

@@ -51,7 +51,7 @@ from typing import Any, Final, Literal
 from kubemesh.scenarios import timeline
 from kubemesh.scenarios.explore_workloads import Stuck, Workload, resolve
 from kubemesh.scenarios.framework import ScenarioContext, ScenarioError
-from kubemesh.scenarios.running import COMPONENT_ARGS
+from kubemesh.scenarios.running import COMPONENT_ARGS, scrub_state
 from kubemesh.services.machinery.clock import ClusterClock
 from kubemesh.services.mesh.endpoint import MeshEndpoint, MeshError
 from kubemesh.services.mesh.launching import Mesh, MeshSpec
@@ -255,7 +255,7 @@ async def run_workload(workload: Workload, *, target: str, bugs: Sequence[str], 
     finally:
         with contextlib.suppress(Exception):
             await mesh.stop()
-        _scrub(out / "mesh")
+        scrub_state(out / "mesh")
     _write_history(out, history, ctx=ctx, title=f"explore {target} with {workload.name}, seed {seed}",
                    verdict=stuck or "converged")
 
@@ -289,16 +289,6 @@ def _fresh(out: Path) -> None:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-
-
-def _scrub(state: Path) -> None:
-    for name in ("token", "kubeconfig", "pki", "mesh.json", "data"):
-        p = state / name
-        if p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                p.unlink()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from typing import Any
 
 from kubemesh.scenarios.framework import ScenarioContext, Verdict
 from kubemesh.scenarios.records import Record, first, select
+from kubemesh.services.machinery.clock import parse_time
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,6 +179,15 @@ def is_terminating(pod: dict[str, Any] | None) -> bool:
 def is_running(pod: dict[str, Any] | None) -> bool:
     """Whether a pod's phase is Running."""
     return ((pod or {}).get("status") or {}).get("phase") == "Running"
+
+
+def started_at(pod: dict[str, Any] | None) -> float | None:
+    """When the pod's first running container started (cluster time), None if none runs."""
+    for c in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        started = ((c.get("state") or {}).get("running") or {}).get("startedAt")
+        if started:
+            return parse_time(str(started))
+    return None
 
 
 def node_name(pod: dict[str, Any] | None) -> str:

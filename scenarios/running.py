@@ -189,7 +189,7 @@ async def _run(scenario: Scenario, *, mode: Mode, seed: int, clock_rate: float |
             await mesh.stop()
     startup = mesh.ready_seconds
     wall_s = time.monotonic() - started
-    _scrub_state(out / "mesh")
+    scrub_state(out / "mesh")
     result = RunResult(scenario=scenario.name, mode=mode, seed=seed, outcome=verdict.outcome, wall_s=wall_s,
                        cluster_s=cluster_s, report=str(out.resolve()), summary=verdict.summary,
                        expected=expected or scenario.expected[mode], startup_s=startup,
@@ -201,7 +201,7 @@ async def _run(scenario: Scenario, *, mode: Mode, seed: int, clock_rate: float |
     return result, verdict.outcome == "inconclusive" and verdict.machine_stall
 
 
-def _scrub_state(state: Path) -> None:
+def scrub_state(state: Path) -> None:
     """Remove the throwaway credentials from a finished mesh's state directory (keep the logs)."""
     for name in ("token", "kubeconfig", "pki", "mesh.json", "data"):
         p = state / name

@@ -56,14 +56,6 @@ OBSERVE = 60.0
 """Cluster seconds after the heal given to the node's report and to the replacement."""
 
 
-def _started_at(p: Obj | None) -> float | None:
-    for c in ((p or {}).get("status") or {}).get("containerStatuses") or []:
-        started = ((c.get("state") or {}).get("running") or {}).get("startedAt")
-        if started:
-            return parse_time(str(started))
-    return None
-
-
 class ForceDeleteZombie(Scenario):
     """See the module docstring."""
 
@@ -160,7 +152,7 @@ class ForceDeleteZombie(Scenario):
                             f"(written by {gone[0].get('component')})")
         new = await ctx.pod("db-0")
         new_uid = str(((new or {}).get("metadata") or {}).get("uid") or "")
-        started = _started_at(new) if new_uid and new_uid != old_uid else None
+        started = oracles.started_at(new) if new_uid and new_uid != old_uid else None
         if new_uid and new_uid != old_uid:
             evidence.append(f"replacement db-0 (uid {new_uid[:8]}) on {oracles.node_name(new) or '-'}, created at "
                             f"t={(created_at or 0) - ctx.t0:.1f}s, running since "

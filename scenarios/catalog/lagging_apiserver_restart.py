@@ -46,14 +46,6 @@ OBSERVE = 30.0
 """Cluster seconds watched after the kubelet registered again with the lagging apiserver."""
 
 
-def _started_at(p: Obj | None) -> float | None:
-    for c in ((p or {}).get("status") or {}).get("containerStatuses") or []:
-        started = ((c.get("state") or {}).get("running") or {}).get("startedAt")
-        if started:
-            return parse_time(str(started))
-    return None
-
-
 class LaggingApiserverRestart(Scenario):
     """See the module docstring."""
 
@@ -123,7 +115,7 @@ class LaggingApiserverRestart(Scenario):
             await ctx.until(lambda: self._restarts(ctx, old_uid, node, after=t_restart), within=OBSERVE)
         return await self._judge(ctx, node=node, other_node=other_node, old_uid=old_uid, lagging=lagging,
                                  victim=str(victim["instance"]), reconnected=again is not None,
-                                 t_restart=t_restart, replacement_started=_started_at(replacement))
+                                 t_restart=t_restart, replacement_started=oracles.started_at(replacement))
 
     async def _roles(self, ctx: ScenarioContext) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """The victim kubelet, another kubelet on another apiserver, and a third apiserver to lag."""

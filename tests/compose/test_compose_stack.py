@@ -19,11 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from composekit import ensure_image
 
 from kubemesh.scenarios.attached import ExistingMesh
 from kubemesh.scenarios.catalog.recreate_stuck_terminating import RecreateStuckTerminating
 from kubemesh.scenarios.running import run_scenario
-from kubemesh.services.mesh.compose import ComposeStack, docker_available
+from kubemesh.services.mesh.compose import ComposeStack
 from kubemesh.services.mesh.endpoint import node_is_ready
 from kubemesh.services.mesh.kubectl import Kubectl
 from kubemesh.services.model.kinds import PODS
@@ -47,16 +48,7 @@ def unavailable(why: str) -> None:
 @pytest.fixture(scope="session")
 def docker_image() -> str:
     """Docker and compose answer and the image is built from the current sources, else skip."""
-    why = docker_available()
-    if why is not None:
-        unavailable(f"Docker cannot run here: {why} (scripts/docker-setup installs and starts it)")
-    os.environ["TESTCONTAINERS_RYUK_DISABLED"] = "true"
-    r = subprocess.run([str(REPO / "scripts" / "docker-setup")], capture_output=True, text=True, timeout=900,
-                       check=False, env={**os.environ, "KUBEMESH_IMAGE": IMAGE})
-    if r.returncode == 3:
-        unavailable(f"Docker cannot be set up here: {r.stderr.strip()[-500:]}")
-    assert r.returncode == 0, f"scripts/docker-setup failed:\n{r.stderr[-4000:]}"
-    return IMAGE
+    return ensure_image()
 
 
 @pytest.fixture(scope="module")
